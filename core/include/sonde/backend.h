@@ -1,0 +1,50 @@
+#pragma once
+// A compute backend runs one node at a time on host-visible buffers. It declares what it
+// supports; the executor sends everything else to `reference` and says so once per plan.
+#include <sonde/graph.h>
+#include <sonde/plugin.h>
+#include <sonde/tensor.h>
+
+#include <span>
+#include <string>
+
+namespace sonde {
+
+struct BackendInfo {
+  std::string name;
+  std::string description;
+  int threads = 1;
+};
+
+struct BackendOptions {
+  int threads = 0;  // 0: the backend's default (all cores)
+};
+
+// How a weight may be split across ranks (used by the sharded backend; others ignore it).
+enum class Split { None, Rows, Cols };
+
+// Collectives for tensor-parallel execution; null on single-process backends.
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup();
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+};
+
+class Backend : public Plugin {
+ public:
+  virtual void init(const BackendOptions& options) = 0;
+  virtual BackendInfo info() const = 0;
+  // Whether run() handles this node with these input dtypes.
+  virtual bool supports(const Node& node, std::span<const DType> input_dtypes) const = 0;
+  // Takes a weight; the backend may keep the view (zero copy) or convert it. The returned view
+  // stays valid while the backend lives and is what Weight nodes resolve to.
+  virtual TensorView upload(const std::string& name, const TensorView& src, Split split) = 0;
+  virtual TensorView weight(const std::string& name) const = 0;  // throws when unknown
+  // Output buffers are allocated by the executor (host memory, contiguous).
+  virtual void run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) = 0;
+  virtual void sync() {}
+  virtual ProcessGroup* process_group() { return nullptr; }
+};
+
+}  // namespace sonde

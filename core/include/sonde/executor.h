@@ -1,0 +1,42 @@
+#pragma once
+// Plans a graph once (which nodes are needed, which backend runs each, when buffers die, which
+// nodes are tapped), then runs it. Nodes nobody needs are not computed: with no logits wanted,
+// layers after the last tapped hook are skipped.
+#include <sonde/backend.h>
+#include <sonde/graph.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace sonde {
+
+struct Plan {
+  const Graph* graph = nullptr;
+  std::vector<int> order;                          // nodes to compute, in order
+  std::vector<Backend*> backend;                   // per node (null when not computed)
+  std::vector<int> last_use;                       // per node: last position in `order` reading it
+  std::vector<std::vector<std::string>> taps;      // per node: hook names delivered
+  std::vector<std::string> outputs;
+  std::vector<std::string> fallbacks;              // "Attention -> reference" notes
+};
+
+class Executor {
+ public:
+  using Wants = std::function<bool(const std::string& hook)>;
+  using Tap = std::function<void(const std::string& hook, const TensorView& value)>;
+
+  Executor(Backend& primary, Backend& reference);
+  // `outputs`: graph outputs to return; `wants`: asked once per named node, here only.
+  Plan plan(const Graph& g, const std::vector<std::string>& outputs, const Wants& wants) const;
+  // `feeds`: the Input nodes by ref name. Returns the requested outputs.
+  std::map<std::string, Tensor> run(const Plan& plan, const std::map<std::string, TensorView>& feeds,
+                                    const Tap& tap) const;
+
+ private:
+  Backend& primary_;
+  Backend& reference_;
+};
+
+}  // namespace sonde

@@ -1,0 +1,91 @@
+#pragma once
+// A forward pass as a list of named nodes in execution order. Models build graphs; backends
+// run single nodes; the executor plans and runs a whole graph. Every op is one OpKind entry,
+// one reference kernel and one backend-ops test case.
+#include <sonde/tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+namespace sonde {
+
+enum class OpKind : std::uint8_t {
+  Input,      // fed by the caller under params.ref (e.g. "ids", "positions", "mask")
+  Weight,     // a model weight fetched by name (params.ref) from the backend
+  Embedding,  // (table[V,H], ids[B,T] i32) -> [B,T,H]
+  RmsNorm,    // (x[...,H], w[H]) -> w * x / sqrt(mean(x^2) + eps)
+  Linear,     // (x[...,K], W[N,K] [, b[N]]) -> x W^T + b  (nn.Linear layout)
+  Reshape,    // (x) -> same elements, shape params.shape
+  Rope,       // (x[B,T,h,d], pos[B,T] i32) -> rotate_half RoPE with params.theta
+  Attention,  // (q[B,T,nh,d], k[B,S,nkv,d], v[B,S,nkv,d] [, mask[B,S] u8]) -> [B,T,nh,d]
+  Add,        // (a, b) -> a + b, same shapes
+  SiluMul,    // (g, u) -> silu(g) * u
+  Count
+};
+
+std::string_view op_name(OpKind op);
+
+struct OpParams {
+  float eps = 0.0f;          // RmsNorm
+  double theta = 0.0;        // Rope
+  bool causal = false;       // Attention: key u allowed for query t iff u <= t + (S - T)
+  std::string ref;           // Input / Weight: the name looked up
+  Shape shape;               // Reshape target
+};
+
+struct Node {
+  OpKind op = OpKind::Input;
+  std::vector<int> inputs;   // node indices; always smaller than this node's index
+  OpParams params;
+  std::vector<std::string> names;  // hook and debug names; the first is the primary name
+  DType dtype = DType::f32;
+  Shape shape;
+  const std::string& name() const;
+};
+
+struct Graph {
+  std::vector<Node> nodes;
+  std::vector<std::pair<std::string, int>> outputs;  // ("logits", node)
+  std::optional<int> find(std::string_view name) const;  // by any of a node's names
+  std::optional<int> output(std::string_view name) const;
+};
+
+// Builds a graph with shape inference; every shape error is a Runtime error naming the node.
+class GraphBuilder {
+ public:
+  struct Ref { int id = -1; };
+  using WeightLookup = std::function<TensorView(const std::string&)>;
+
+  explicit GraphBuilder(WeightLookup weights);
+
+  Ref input(const std::string& ref, DType dtype, const Shape& shape);
+  Ref weight(const std::string& name);
+  Ref embedding(Ref table, Ref ids);
+  Ref rms_norm(Ref x, Ref w, float eps);
+  Ref linear(Ref x, Ref w, std::optional<Ref> bias = std::nullopt);
+  Ref reshape(Ref x, const Shape& shape);
+  Ref rope(Ref x, Ref positions, double theta);
+  Ref attention(Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal);
+  Ref add(Ref a, Ref b);
+  Ref silu_mul(Ref gate, Ref up);
+
+  // Names the intermediate where it is built: b.name(x, "blocks.3.hook_resid_post").
+  Ref name(Ref r, const std::string& name);
+  void output(const std::string& name, Ref r);
+  const Shape& shape(Ref r) const;
+  Graph finish();
+
+ private:
+  Ref push(Node n);
+  const Node& node(Ref r) const;
+  WeightLookup weights_;
+  Graph g_;
+  std::unordered_set<std::string> used_names_;
+};
+
+}  // namespace sonde

@@ -1,0 +1,62 @@
+#pragma once
+// A model plugin turns a checkpoint into graphs. It validates and uploads weights by name, lists
+// its hook points, and builds a forward graph for a batch shape. It never runs kernels.
+#include <sonde/backend.h>
+#include <sonde/config.h>
+#include <sonde/graph.h>
+#include <sonde/plugin.h>
+#include <sonde/safetensors.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sonde {
+
+enum class DecodingKind { Autoregressive, MaskedDiffusion };
+
+struct ModelInfo {
+  std::string arch;              // "qwen2", "dream"
+  DecodingKind decoding = DecodingKind::Autoregressive;
+  bool causal = true;
+  int prediction_shift = 0;      // 1 for Dream: the logits at slot p predict token p+1
+  std::int64_t mask_token_id = -1;
+};
+
+// A hook point and the shape of one row of it (one token position).
+struct HookPoint {
+  std::string name;
+  std::vector<std::int64_t> row_shape;  // e.g. {896} or {14, 64}
+};
+
+// A tensor the model reads: its name, the shape config.json implies, and how it may be split.
+struct WeightSpec {
+  std::string name;
+  Shape shape;
+  Split split = Split::None;
+};
+
+// The graph's inputs, all [B, T]: "ids" (i32), "positions" (i32), and "mask" (u8, 1 = real
+// token) when has_mask. Logits are built only when need_logits.
+struct BatchShape {
+  std::int64_t batch = 1;
+  std::int64_t tokens = 0;
+  bool has_mask = false;
+  bool need_logits = true;
+};
+
+class ModelPlugin : public Plugin {
+ public:
+  virtual ModelInfo info() const = 0;
+  // Validates the config (fields present and consistent); throws Error(BadInput).
+  virtual void configure(const ModelConfig& config) = 0;
+  virtual std::vector<HookPoint> hook_points() const = 0;
+  // Every tensor load() reads: one list serves validation, loading, sharding and make-model.
+  virtual std::vector<WeightSpec> weight_specs() const = 0;
+  // Checks every tensor's presence, dtype and shape against the config, then uploads.
+  virtual void load(const WeightSource& weights, Backend& backend) = 0;
+  // Builds the forward graph; outputs "logits" [B,T,V] when need_logits.
+  virtual void build(const BatchShape& shape, GraphBuilder& b) const = 0;
+};
+
+}  // namespace sonde

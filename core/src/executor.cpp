@@ -1,0 +1,120 @@
+// Planning: mark what the requested outputs and the tapped hooks need (walking inputs backwards),
+// choose a backend per node, and record each buffer's last reader so it is freed right after.
+#include <sonde/error.h>
+#include <sonde/executor.h>
+#include <sonde/log.h>
+
+#include <algorithm>
+
+namespace sonde {
+
+Executor::Executor(Backend& primary, Backend& reference) : primary_(primary), reference_(reference) {}
+
+namespace {
+
+std::vector<DType> input_dtypes(const Graph& g, const Node& n) {
+  std::vector<DType> d;
+  d.reserve(n.inputs.size());
+  for (int i : n.inputs) d.push_back(g.nodes[static_cast<std::size_t>(i)].dtype);
+  return d;
+}
+
+}  // namespace
+
+Plan Executor::plan(const Graph& g, const std::vector<std::string>& outputs, const Wants& wants) const {
+  const std::size_t n = g.nodes.size();
+  Plan p;
+  p.graph = &g;
+  p.outputs = outputs;
+  p.backend.assign(n, nullptr);
+  p.last_use.assign(n, -1);
+  p.taps.resize(n);
+
+  std::vector<bool> needed(n, false);
+  for (const auto& name : outputs) {
+    auto id = g.output(name);
+    if (!id) runtime_error("graph has no output '{}'", name);
+    needed[static_cast<std::size_t>(*id)] = true;
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    for (const auto& name : g.nodes[i].names)
+      if (wants && wants(name)) {
+        p.taps[i].push_back(name);
+        needed[i] = true;
+      }
+  for (std::size_t i = n; i-- > 0;)
+    if (needed[i])
+      for (int in : g.nodes[i].inputs) needed[static_cast<std::size_t>(in)] = true;
+
+  std::vector<std::string> fell_back;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!needed[i]) continue;
+    const Node& node = g.nodes[i];
+    for (int in : node.inputs) p.last_use[static_cast<std::size_t>(in)] = static_cast<int>(p.order.size());
+    p.order.push_back(static_cast<int>(i));
+    if (node.op == OpKind::Input || node.op == OpKind::Weight) continue;
+    const auto dtypes = input_dtypes(g, node);
+    if (primary_.supports(node, dtypes)) {
+      p.backend[i] = &primary_;
+    } else if (reference_.supports(node, dtypes)) {
+      p.backend[i] = &reference_;
+      std::string note = fmt::format("{} -> reference", op_name(node.op));
+      if (std::find(fell_back.begin(), fell_back.end(), note) == fell_back.end()) fell_back.push_back(note);
+    } else {
+      runtime_error("no backend runs node '{}' ({})", node.name(), op_name(node.op));
+    }
+  }
+  // Outputs live to the end.
+  for (const auto& name : outputs) p.last_use[static_cast<std::size_t>(*g.output(name))] = static_cast<int>(p.order.size());
+  if (!fell_back.empty()) {
+    std::string list;
+    for (const auto& f : fell_back) list += (list.empty() ? "" : ", ") + f;
+    spdlog::info("backend {} does not run every op; falling back: {}", primary_.info().name, list);
+  }
+  p.fallbacks = std::move(fell_back);
+  return p;
+}
+
+std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::string, TensorView>& feeds,
+                                            const Tap& tap) const {
+  const Graph& g = *p.graph;
+  std::vector<Tensor> owned(g.nodes.size());
+  std::vector<TensorView> value(g.nodes.size());
+  std::vector<TensorView> ins;
+
+  for (std::size_t step = 0; step < p.order.size(); ++step) {
+    const auto i = static_cast<std::size_t>(p.order[step]);
+    const Node& node = g.nodes[i];
+    if (node.op == OpKind::Input) {
+      auto it = feeds.find(node.params.ref);
+      if (it == feeds.end()) runtime_error("graph input '{}' was not fed", node.params.ref);
+      if (it->second.shape != node.shape || it->second.dtype != node.dtype)
+        runtime_error("graph input '{}': fed {} {}, expected {} {}", node.params.ref, dtype_name(it->second.dtype),
+                      it->second.shape.str(), dtype_name(node.dtype), node.shape.str());
+      value[i] = it->second;
+    } else if (node.op == OpKind::Weight) {
+      value[i] = primary_.weight(node.params.ref);
+    } else {
+      ins.clear();
+      for (int in : node.inputs) ins.push_back(value[static_cast<std::size_t>(in)]);
+      owned[i] = Tensor(node.dtype, node.shape);
+      value[i] = owned[i].view();
+      p.backend[i]->run(node, ins, value[i]);
+    }
+    if (tap)
+      for (const auto& name : p.taps[i]) tap(name, value[i]);
+    if (p.last_use[i] < 0) owned[i] = Tensor();  // tapped only: nobody reads it later
+    // Free inputs whose last reader was this step.
+    for (int in : node.inputs)
+      if (p.last_use[static_cast<std::size_t>(in)] == static_cast<int>(step)) owned[static_cast<std::size_t>(in)] = Tensor();
+  }
+  primary_.sync();
+  std::map<std::string, Tensor> out;
+  for (const auto& name : p.outputs) {
+    const auto id = static_cast<std::size_t>(*g.output(name));
+    out[name] = owned[id].empty() ? Tensor::copy_of(value[id]) : owned[id];
+  }
+  return out;
+}
+
+}  // namespace sonde

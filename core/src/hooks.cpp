@@ -1,0 +1,170 @@
+// Hook aliases and selection (design §4). Aliases map onto canonical TransformerLens-style names;
+// a selection term is a name, an alias, a glob or a layer range, resolved once against the
+// model's hook list.
+#include <sonde/error.h>
+#include <sonde/hooks.h>
+
+#include <algorithm>
+#include <charconv>
+#include <regex>
+
+namespace sonde {
+namespace {
+
+struct AliasRule {
+  std::regex pattern;  // one capture group: the layer index
+  std::string canonical;  // "{}" is replaced by the layer index
+};
+
+// Hugging Face module paths (the module's output) and llama.cpp graph tensor names.
+const std::vector<AliasRule>& alias_rules() {
+  static const std::vector<AliasRule> rules = [] {
+    const std::pair<const char*, const char*> table[] = {
+        {R"(model\.layers\.(\d+))", "blocks.{}.hook_resid_post"},
+        {R"(model\.layers\.(\d+)\.input_layernorm)", "blocks.{}.ln1.hook_out"},
+        {R"(model\.layers\.(\d+)\.self_attn\.q_proj)", "blocks.{}.attn.hook_q"},
+        {R"(model\.layers\.(\d+)\.self_attn\.k_proj)", "blocks.{}.attn.hook_k"},
+        {R"(model\.layers\.(\d+)\.self_attn\.v_proj)", "blocks.{}.attn.hook_v"},
+        {R"(model\.layers\.(\d+)\.self_attn(\.o_proj)?)", "blocks.{}.hook_attn_out"},
+        {R"(model\.layers\.(\d+)\.post_attention_layernorm)", "blocks.{}.ln2.hook_out"},
+        {R"(model\.layers\.(\d+)\.mlp\.gate_proj)", "blocks.{}.mlp.hook_pre"},
+        {R"(model\.layers\.(\d+)\.mlp\.up_proj)", "blocks.{}.mlp.hook_pre_linear"},
+        {R"(model\.layers\.(\d+)\.mlp(\.down_proj)?)", "blocks.{}.hook_mlp_out"},
+        {R"(l_out-(\d+))", "blocks.{}.hook_resid_post"},
+        {R"(attn_norm-(\d+))", "blocks.{}.ln1.hook_out"},
+        {R"(Qcur-(\d+))", "blocks.{}.attn.hook_q"},
+        {R"(Kcur-(\d+))", "blocks.{}.attn.hook_k"},
+        {R"(Vcur-(\d+))", "blocks.{}.attn.hook_v"},
+        {R"(kqv_out-(\d+))", "blocks.{}.attn.hook_z"},
+        {R"(attn_out-(\d+))", "blocks.{}.hook_attn_out"},
+        {R"(ffn_inp-(\d+))", "blocks.{}.hook_resid_mid"},
+        {R"(ffn_norm-(\d+))", "blocks.{}.ln2.hook_out"},
+        {R"(ffn_out-(\d+))", "blocks.{}.hook_mlp_out"},
+    };
+    std::vector<AliasRule> r;
+    for (const auto& [re, canon] : table) r.push_back({std::regex(re), canon});
+    return r;
+  }();
+  return rules;
+}
+
+std::string replace_index(std::string canon, const std::string& idx) {
+  return canon.replace(canon.find("{}"), 2, idx);
+}
+
+bool glob_match(std::string_view pat, std::string_view s) {
+  // Iterative matcher with single-star backtracking: linear in practice for hook names.
+  std::size_t p = 0, i = 0, star = std::string_view::npos, mark = 0;
+  while (i < s.size()) {
+    if (p < pat.size() && (pat[p] == '?' || pat[p] == s[i])) {
+      ++p, ++i;
+    } else if (p < pat.size() && pat[p] == '*') {
+      star = p++, mark = i;
+    } else if (star != std::string_view::npos) {
+      p = star + 1, i = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pat.size() && pat[p] == '*') ++p;
+  return p == pat.size();
+}
+
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string_view::npos) return {};
+  return std::string(s.substr(b, s.find_last_not_of(" \t") - b + 1));
+}
+
+// "blocks.10-23.hook_mlp_out" -> the names for layers 10..23; returns false when not a range.
+bool expand_range(const std::string& term, std::vector<std::string>& out) {
+  static const std::regex range(R"(blocks\.(\d+)-(\d+)\.(.+))");
+  std::smatch m;
+  if (!std::regex_match(term, m, range)) return false;
+  const long a = std::stol(m[1]), b = std::stol(m[2]);
+  if (a > b) bad_input("--hooks: range '{}' runs backwards ({} > {})", term, a, b);
+  for (long i = a; i <= b; ++i) out.push_back("blocks." + std::to_string(i) + "." + m[3].str());
+  return true;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+std::string canonical_hook_name(std::string_view name, std::int64_t n_layers) {
+  const std::string s(name);
+  static const std::regex hidden(R"(hidden_states\.(\d+)|hidden_states\[(\d+)\])");
+  std::smatch m;
+  if (std::regex_match(s, m, hidden)) {
+    const long k = std::stol(m[1].matched ? m[1].str() : m[2].str());
+    if (k == 0) return "hook_embed";
+    if (k == n_layers) return "ln_final.hook_out";
+    if (k > n_layers) bad_input("--hooks: '{}' is past the last hidden state (the model has {} layers, so 0..{})", s, n_layers, n_layers);
+    return "blocks." + std::to_string(k - 1) + ".hook_resid_post";
+  }
+  if (s == "model.embed_tokens" || s == "inp_embd") return "hook_embed";
+  if (s == "model.norm" || s == "result_norm") return "ln_final.hook_out";
+  if (s == "lm_head" || s == "result_output") return "hook_logits";
+  for (const auto& rule : alias_rules())
+    if (std::regex_match(s, m, rule.pattern)) return replace_index(rule.canonical, m[1].str());
+  return s;
+}
+
+HookSelector HookSelector::parse(std::string_view spec) {
+  HookSelector sel;
+  std::size_t start = 0;
+  while (start <= spec.size()) {
+    const auto comma = spec.find(',', start);
+    const auto term = trim(spec.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    if (!term.empty()) sel.terms_.push_back(term);
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return sel;
+}
+
+std::vector<HookPoint> HookSelector::resolve(const std::vector<HookPoint>& available, std::int64_t n_layers) const {
+  std::vector<bool> chosen(available.size(), false);
+  std::vector<std::string> names;
+  for (const auto& h : available) names.push_back(h.name);
+  for (const auto& term : terms_) {
+    std::vector<std::string> wanted;
+    if (!expand_range(term, wanted)) wanted.push_back(canonical_hook_name(term, n_layers));
+    for (const auto& w : wanted) {
+      bool hit = false;
+      for (std::size_t i = 0; i < available.size(); ++i)
+        if (glob_match(w, available[i].name)) chosen[i] = hit = true;
+      if (hit) continue;
+      std::string hint;
+      for (const auto& c : closest_names(w, names)) hint += (hint.empty() ? "" : ", ") + c;
+      bad_input("--hooks: '{}' matches no hook point{}{} (list them with `sonde hooks --model DIR`)", w,
+                hint.empty() ? "" : "; did you mean: ", hint);
+    }
+  }
+  std::vector<HookPoint> out;
+  for (std::size_t i = 0; i < available.size(); ++i)
+    if (chosen[i]) out.push_back(available[i]);
+  return out;
+}
+
+std::vector<std::string> closest_names(std::string_view name, const std::vector<std::string>& candidates,
+                                       std::size_t max_results) {
+  std::vector<std::pair<std::size_t, std::string>> scored;
+  for (const auto& c : candidates) scored.emplace_back(edit_distance(name, c), c);
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < scored.size() && out.size() < max_results; ++i) out.push_back(scored[i].second);
+  return out;
+}
+
+}  // namespace sonde

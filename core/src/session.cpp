@@ -1,0 +1,71 @@
+#include <sonde/error.h>
+#include <sonde/log.h>
+#include <sonde/model_dir.h>
+#include <sonde/registry.h>
+#include <sonde/session.h>
+
+namespace sonde {
+
+Session::~Session() = default;
+
+std::unique_ptr<Session> Session::open(const SessionOptions& o) {
+  auto& registry = PluginRegistry::instance();
+  if (registry.searched().empty()) registry.scan(PluginRegistry::search_path(o.plugin_dir));
+
+  std::unique_ptr<Session> s(new Session());
+  s->dir_ = resolve_model_dir(o.model);
+  s->config_ = ModelConfig::load(s->dir_);
+  s->model_ = registry.model_for(s->config_.model_type);
+  s->model_->configure(s->config_);
+  s->weights_ = std::make_unique<WeightSource>(WeightSource::open(s->dir_));
+
+  s->backend_ = registry.backend(o.backend);
+  s->backend_->init(BackendOptions{o.threads});
+  s->reference_ = s->backend_->info().name == "reference" ? s->backend_ : registry.backend("reference");
+  s->reference_->init(BackendOptions{1});
+  s->model_->load(*s->weights_, *s->backend_);
+  s->executor_ = std::make_unique<Executor>(*s->backend_, *s->reference_);
+  spdlog::debug("loaded {} ({}) from {} on backend {}", s->config_.model_type, s->model_->info().arch,
+                s->dir_.string(), s->backend_->info().name);
+  return s;
+}
+
+Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set<std::string>& taps,
+                        const Executor::Tap& tap) {
+  const std::int64_t n = in.batch * in.tokens;
+  if (in.tokens <= 0 || in.batch <= 0) bad_input("forward: empty input ({} rows of {} tokens)", in.batch, in.tokens);
+  if (static_cast<std::int64_t>(in.ids.size()) != n)
+    runtime_error("forward: {} ids for a batch of {} x {}", in.ids.size(), in.batch, in.tokens);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto id = in.ids[static_cast<std::size_t>(i)];
+    if (id < 0 || id >= config_.vocab_size)
+      bad_input("token id {} at position {} is outside the vocabulary [0, {})", id, i % in.tokens, config_.vocab_size);
+  }
+  std::vector<std::int32_t> positions = in.positions;
+  if (positions.empty()) {
+    positions.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) positions[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % in.tokens);
+  }
+  if (static_cast<std::int64_t>(positions.size()) != n) runtime_error("forward: {} positions for {} ids", positions.size(), n);
+  if (!in.mask.empty() && static_cast<std::int64_t>(in.mask.size()) != n)
+    runtime_error("forward: {} mask entries for {} ids", in.mask.size(), n);
+
+  BatchShape shape{in.batch, in.tokens, !in.mask.empty(), need_logits};
+  GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
+  model_->build(shape, b);
+  const Graph g = b.finish();
+  std::vector<std::string> outputs;
+  if (need_logits) outputs.push_back("logits");
+  const Plan plan = executor_->plan(g, outputs, [&](const std::string& h) { return taps.count(h) > 0; });
+
+  const Shape bt{in.batch, in.tokens};
+  std::map<std::string, TensorView> feeds{
+      {"ids", TensorView(const_cast<std::int32_t*>(in.ids.data()), DType::i32, bt)},
+      {"positions", TensorView(positions.data(), DType::i32, bt)},
+  };
+  if (!in.mask.empty()) feeds["mask"] = TensorView(const_cast<std::uint8_t*>(in.mask.data()), DType::u8, bt);
+  auto out = executor_->run(plan, feeds, tap);
+  return need_logits ? out.at("logits") : Tensor();
+}
+
+}  // namespace sonde

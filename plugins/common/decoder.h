@@ -1,0 +1,40 @@
+#pragma once
+// The Qwen2 decoder stack shared by the qwen2 and dream plugins (model-spec §1). The two
+// families differ only in data: causal or bidirectional attention, tied or untied head.
+#include <sonde/backend.h>
+#include <sonde/config.h>
+#include <sonde/graph.h>
+#include <sonde/model.h>
+#include <sonde/safetensors.h>
+
+#include <string>
+#include <vector>
+
+namespace sonde::common {
+
+struct DecoderSpec {
+  std::int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0, vocab = 0;
+  float rms_eps = 0;
+  double rope_theta = 0;
+  bool tied_embeddings = false;
+  bool causal = true;
+
+  static DecoderSpec from_config(const ModelConfig& c, bool causal);
+};
+
+struct ExpectedWeight {
+  std::string name;
+  Shape shape;
+  Split split = Split::None;
+  std::string why;  // which config fields give the shape, for error messages
+};
+
+// Every tensor the forward reads, with the shape config.json implies.
+std::vector<ExpectedWeight> expected_weights(const DecoderSpec& s);
+// Checks presence, dtype (f32, f16, bf16) and shape of each, then uploads it to the backend.
+void load_weights(const DecoderSpec& s, const WeightSource& w, Backend& backend);
+std::vector<HookPoint> hook_points(const DecoderSpec& s);
+// The whole forward: embedding, blocks, final norm, and logits when shape.need_logits.
+void build_decoder(const DecoderSpec& s, const BatchShape& shape, GraphBuilder& b);
+
+}  // namespace sonde::common

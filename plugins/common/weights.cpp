@@ -1,0 +1,101 @@
+#include "decoder.h"
+
+#include <sonde/error.h>
+#include <sonde/log.h>
+
+namespace sonde::common {
+
+DecoderSpec DecoderSpec::from_config(const ModelConfig& c, bool causal) {
+  DecoderSpec s;
+  s.hidden = c.hidden_size;
+  s.layers = c.num_hidden_layers;
+  s.heads = c.num_attention_heads;
+  s.kv_heads = c.num_key_value_heads;
+  s.head_dim = c.head_dim;
+  s.intermediate = c.intermediate_size;
+  s.vocab = c.vocab_size;
+  s.rms_eps = static_cast<float>(c.rms_norm_eps);
+  s.rope_theta = c.rope_theta;
+  s.tied_embeddings = c.tie_word_embeddings;
+  s.causal = causal;
+  return s;
+}
+
+std::vector<ExpectedWeight> expected_weights(const DecoderSpec& s) {
+  const std::int64_t H = s.hidden, I = s.intermediate, q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const std::string hq = fmt::format("num_attention_heads {} x head_dim {}", s.heads, s.head_dim);
+  const std::string hkv = fmt::format("num_key_value_heads {} x head_dim {}", s.kv_heads, s.head_dim);
+  const std::string hh = fmt::format("hidden_size {}", H), hi = fmt::format("intermediate_size {}", I);
+  std::vector<ExpectedWeight> w{{"model.embed_tokens.weight", Shape{s.vocab, H}, Split::None,
+                                 fmt::format("vocab_size {}, hidden_size {}", s.vocab, H)}};
+  for (std::int64_t i = 0; i < s.layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    w.push_back({p + "input_layernorm.weight", Shape{H}, Split::None, hh});
+    w.push_back({p + "self_attn.q_proj.weight", Shape{q, H}, Split::Rows, hq + ", " + hh});
+    w.push_back({p + "self_attn.q_proj.bias", Shape{q}, Split::Rows, hq});
+    w.push_back({p + "self_attn.k_proj.weight", Shape{kv, H}, Split::Rows, hkv + ", " + hh});
+    w.push_back({p + "self_attn.k_proj.bias", Shape{kv}, Split::Rows, hkv});
+    w.push_back({p + "self_attn.v_proj.weight", Shape{kv, H}, Split::Rows, hkv + ", " + hh});
+    w.push_back({p + "self_attn.v_proj.bias", Shape{kv}, Split::Rows, hkv});
+    w.push_back({p + "self_attn.o_proj.weight", Shape{H, q}, Split::Cols, hh + ", " + hq});
+    w.push_back({p + "post_attention_layernorm.weight", Shape{H}, Split::None, hh});
+    w.push_back({p + "mlp.gate_proj.weight", Shape{I, H}, Split::Rows, hi + ", " + hh});
+    w.push_back({p + "mlp.up_proj.weight", Shape{I, H}, Split::Rows, hi + ", " + hh});
+    w.push_back({p + "mlp.down_proj.weight", Shape{H, I}, Split::Cols, hh + ", " + hi});
+  }
+  w.push_back({"model.norm.weight", Shape{H}, Split::None, hh});
+  // Tied (model-spec §1.2): the embedding is the head and lm_head.weight, if present, is ignored.
+  if (!s.tied_embeddings)
+    w.push_back({"lm_head.weight", Shape{s.vocab, H}, Split::Rows,
+                 fmt::format("vocab_size {}, hidden_size {}, tie_word_embeddings false", s.vocab, H)});
+  return w;
+}
+
+void load_weights(const DecoderSpec& s, const WeightSource& src, Backend& backend) {
+  const auto expected = expected_weights(s);
+  for (const auto& e : expected) {
+    if (!src.has(e.name)) {
+      if (e.name == "lm_head.weight")
+        bad_input("{}: missing tensor 'lm_head.weight' (config.json says tie_word_embeddings is false)", src.root().string());
+      bad_input("{}: missing tensor '{}'", src.root().string(), e.name);
+    }
+    const WeightInfo& info = src.info(e.name);
+    if (info.dtype != DType::f32 && info.dtype != DType::bf16 && info.dtype != DType::f16)
+      bad_input("{}: tensor '{}' has dtype {}; weights must be F32, BF16 or F16", info.file.string(), e.name,
+                dtype_to_safetensors(info.dtype));
+    if (info.shape != e.shape)
+      bad_input("{}: tensor '{}' has shape {} but config.json ({}) implies {}", info.file.string(), e.name,
+                info.shape.str(), e.why, e.shape.str());
+  }
+  for (const auto& e : expected) backend.upload(e.name, src.view(e.name), e.split);
+  spdlog::debug("uploaded {} tensors to backend {}", expected.size(), backend.info().name);
+}
+
+std::vector<HookPoint> hook_points(const DecoderSpec& s) {
+  const std::int64_t H = s.hidden;
+  std::vector<HookPoint> h{{"hook_embed", {H}}};
+  for (std::int64_t i = 0; i < s.layers; ++i) {
+    const std::string p = fmt::format("blocks.{}.", i);
+    h.push_back({p + "hook_resid_pre", {H}});
+    h.push_back({p + "ln1.hook_out", {H}});
+    h.push_back({p + "attn.hook_q", {s.heads, s.head_dim}});
+    h.push_back({p + "attn.hook_k", {s.kv_heads, s.head_dim}});
+    h.push_back({p + "attn.hook_v", {s.kv_heads, s.head_dim}});
+    h.push_back({p + "attn.hook_rot_q", {s.heads, s.head_dim}});
+    h.push_back({p + "attn.hook_rot_k", {s.kv_heads, s.head_dim}});
+    h.push_back({p + "attn.hook_z", {s.heads, s.head_dim}});
+    h.push_back({p + "hook_attn_out", {H}});
+    h.push_back({p + "hook_resid_mid", {H}});
+    h.push_back({p + "ln2.hook_out", {H}});
+    h.push_back({p + "mlp.hook_pre", {s.intermediate}});
+    h.push_back({p + "mlp.hook_pre_linear", {s.intermediate}});
+    h.push_back({p + "mlp.hook_post", {s.intermediate}});
+    h.push_back({p + "hook_mlp_out", {H}});
+    h.push_back({p + "hook_resid_post", {H}});
+  }
+  h.push_back({"ln_final.hook_out", {H}});
+  h.push_back({"hook_logits", {s.vocab}});
+  return h;
+}
+
+}  // namespace sonde::common
