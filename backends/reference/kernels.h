@@ -1,0 +1,22 @@
+#pragma once
+// Reference kernels: one function per op, inputs dense and already validated by op_checks.h.
+// Float inputs of any width are read as double (load_as_double); results are rounded to f32.
+#include "op_checks.h"
+
+namespace sonde::reference {
+
+void embedding(const Node& n, ops::Inputs in, const TensorView& out);
+void rms_norm(const Node& n, ops::Inputs in, const TensorView& out);
+void linear(const Node& n, ops::Inputs in, const TensorView& out);
+void reshape(const Node& n, ops::Inputs in, const TensorView& out);
+void rope(const Node& n, ops::Inputs in, const TensorView& out);
+void attention(const Node& n, ops::Inputs in, const TensorView& out);
+void add(const Node& n, ops::Inputs in, const TensorView& out);
+void silu_mul(const Node& n, ops::Inputs in, const TensorView& out);
+
+// Element i of a dense float view as double.
+inline double at(const TensorView& v, std::int64_t i) {
+  return load_as_double(v.data, v.dtype, static_cast<std::size_t>(i));
+}
+
+}  // namespace sonde::reference

@@ -1,0 +1,69 @@
+// Row-wise and elementwise reference kernels.
+#include "kernels.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace sonde::reference {
+
+void embedding(const Node& n, ops::Inputs in, const TensorView& out) {
+  const auto d = ops::check_embedding(n, in, out);
+  const auto* ids = in[1].as<const std::int32_t>();
+  float* y = out.as<float>();
+  for (std::int64_t r = 0; r < d.rows; ++r) {
+    const std::int64_t id = ids[r];
+    if (id < 0 || id >= d.V) ops::fail(n, "token id {} at index {} is outside the table of {} rows", id, r, d.V);
+    for (std::int64_t j = 0; j < d.H; ++j) y[r * d.H + j] = static_cast<float>(at(in[0], id * d.H + j));
+  }
+}
+
+// y = w * f32(x / sqrt(mean(x^2) + eps)): HF normalises, casts to the input dtype (f32), then
+// multiplies by the weight.
+void rms_norm(const Node& n, ops::Inputs in, const TensorView& out) {
+  const auto d = ops::check_rms_norm(n, in, out);
+  float* y = out.as<float>();
+  for (std::int64_t r = 0; r < d.rows; ++r) {
+    double ss = 0;
+    for (std::int64_t j = 0; j < d.H; ++j) ss += at(in[0], r * d.H + j) * at(in[0], r * d.H + j);
+    const double denom = std::sqrt(ss / static_cast<double>(d.H) + static_cast<double>(n.params.eps));
+    for (std::int64_t j = 0; j < d.H; ++j) {
+      const float xn = static_cast<float>(at(in[0], r * d.H + j) / denom);
+      y[r * d.H + j] = static_cast<float>(at(in[1], j) * static_cast<double>(xn));
+    }
+  }
+}
+
+// y[m,n] = sum_k x[m,k] W[n,k] + b[n], accumulated in double.
+void linear(const Node& n, ops::Inputs in, const TensorView& out) {
+  const auto d = ops::check_linear(n, in, out);
+  float* y = out.as<float>();
+  for (std::int64_t m = 0; m < d.M; ++m)
+    for (std::int64_t o = 0; o < d.N; ++o) {
+      double acc = d.bias ? at(in[2], o) : 0.0;
+      for (std::int64_t k = 0; k < d.K; ++k) acc += at(in[0], m * d.K + k) * at(in[1], o * d.K + k);
+      y[m * d.N + o] = static_cast<float>(acc);
+    }
+}
+
+void reshape(const Node& n, ops::Inputs in, const TensorView& out) {
+  ops::check_reshape(n, in, out);
+  std::memcpy(out.data, in[0].data, in[0].nbytes());
+}
+
+void add(const Node& n, ops::Inputs in, const TensorView& out) {
+  const auto count = ops::check_binary(n, in, out);
+  float* y = out.as<float>();
+  for (std::int64_t i = 0; i < count; ++i) y[i] = static_cast<float>(at(in[0], i) + at(in[1], i));
+}
+
+// silu(g) * u with silu(z) = z / (1 + exp(-z)).
+void silu_mul(const Node& n, ops::Inputs in, const TensorView& out) {
+  const auto count = ops::check_binary(n, in, out);
+  float* y = out.as<float>();
+  for (std::int64_t i = 0; i < count; ++i) {
+    const double g = at(in[0], i);
+    y[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * at(in[1], i));
+  }
+}
+
+}  // namespace sonde::reference

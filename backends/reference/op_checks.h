@@ -1,0 +1,200 @@
+#pragma once
+// Shape and dtype checks shared by the CPU backends (header-only, so no backend links another).
+// Each check_* validates a node's inputs and output buffer against the op's contract in graph.h
+// and returns the dimensions the kernel needs. Every failure is a sonde::Error naming the node.
+#include <sonde/error.h>
+#include <sonde/graph.h>
+#include <sonde/tensor.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace sonde::ops {
+
+using Inputs = std::span<const TensorView>;
+
+template <typename... Args>
+[[noreturn]] void fail(const Node& n, fmt::format_string<Args...> f, Args&&... args) {
+  runtime_error("node '{}' ({}): {}", n.name(), op_name(n.op), fmt::format(f, std::forward<Args>(args)...));
+}
+
+inline bool is_float16_32(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+
+inline void expect_arity(const Node& n, Inputs in, std::size_t lo, std::size_t hi) {
+  if (in.size() < lo || in.size() > hi) fail(n, "got {} inputs, expected {} to {}", in.size(), lo, hi);
+}
+
+inline void expect_rank(const Node& n, const TensorView& v, const char* what, int rank) {
+  if (v.shape.rank != rank) fail(n, "{} has shape {}, expected rank {}", what, v.shape.str(), rank);
+}
+
+inline void expect_dtype(const Node& n, const TensorView& v, const char* what, DType t) {
+  if (v.dtype != t) fail(n, "{} has dtype {}, expected {}", what, dtype_name(v.dtype), dtype_name(t));
+}
+
+inline void expect_float(const Node& n, const TensorView& v, const char* what) {
+  if (!is_float16_32(v.dtype)) fail(n, "{} has dtype {}, expected f32, f16 or bf16", what, dtype_name(v.dtype));
+}
+
+inline void expect_dim(const Node& n, const char* what, std::int64_t got, std::int64_t want) {
+  if (got != want) fail(n, "{} is {}, expected {}", what, got, want);
+}
+
+inline void expect_out(const Node& n, const TensorView& out, const Shape& s, DType t) {
+  if (out.shape != s || out.dtype != t)
+    fail(n, "output buffer is {} {}, expected {} {}", dtype_name(out.dtype), out.shape.str(), dtype_name(t), s.str());
+  if (!out.contiguous()) fail(n, "output buffer {} is not contiguous", out.shape.str());
+}
+
+// Embedding: table[V,H] float, ids[B,T] i32 -> out[B,T,H] f32. Ids are range-checked by the kernel.
+struct EmbeddingDims { std::int64_t V, H, rows; };
+inline EmbeddingDims check_embedding(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 2, 2);
+  expect_rank(n, in[0], "table", 2);
+  expect_float(n, in[0], "table");
+  expect_dtype(n, in[1], "ids", DType::i32);
+  expect_rank(n, in[1], "ids", 2);
+  const std::int64_t V = in[0].shape[0], H = in[0].shape[1];
+  expect_out(n, out, Shape{in[1].shape[0], in[1].shape[1], H}, DType::f32);
+  return {V, H, in[1].numel()};
+}
+
+// RmsNorm: x[...,H], w[H] -> [...,H].
+struct RowDims { std::int64_t rows, H; };
+inline RowDims check_rms_norm(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 2, 2);
+  expect_float(n, in[0], "x");
+  expect_float(n, in[1], "w");
+  expect_rank(n, in[1], "w", 1);
+  if (in[0].shape.rank < 1) fail(n, "x is a scalar");
+  expect_dim(n, "w length", in[1].shape[0], in[0].shape.last());
+  expect_out(n, out, in[0].shape, DType::f32);
+  return {in[0].shape.rows(), in[0].shape.last()};
+}
+
+// Linear: x[...,K], W[N,K] [, b[N]] -> [...,N].
+struct LinearDims { std::int64_t M, K, N; bool bias; };
+inline LinearDims check_linear(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 2, 3);
+  expect_float(n, in[0], "x");
+  expect_float(n, in[1], "W");
+  expect_rank(n, in[1], "W", 2);
+  if (in[0].shape.rank < 1) fail(n, "x is a scalar");
+  const std::int64_t N = in[1].shape[0], K = in[1].shape[1];
+  if (in[0].shape.last() != K) fail(n, "x {} does not match W {} (last dim must be {})", in[0].shape.str(), in[1].shape.str(), K);
+  if (in.size() == 3) {
+    expect_float(n, in[2], "bias");
+    if (in[2].shape != Shape{N}) fail(n, "bias has shape {}, expected [{}]", in[2].shape.str(), N);
+  }
+  Shape s = in[0].shape;
+  s[s.rank - 1] = N;
+  expect_out(n, out, s, DType::f32);
+  return {in[0].shape.rows(), K, N, in.size() == 3};
+}
+
+// Reshape: same elements and dtype, new shape.
+inline void check_reshape(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 1, 1);
+  if (out.numel() != in[0].numel() || out.dtype != in[0].dtype)
+    fail(n, "output {} {} does not hold input {} {}", dtype_name(out.dtype), out.shape.str(), dtype_name(in[0].dtype),
+         in[0].shape.str());
+  if (!out.contiguous()) fail(n, "output buffer {} is not contiguous", out.shape.str());
+}
+
+// Rope: x[B,T,h,d] (d even), pos[B,T] i32 -> [B,T,h,d].
+struct RopeDims { std::int64_t B, T, h, d; };
+inline RopeDims check_rope(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 2, 2);
+  expect_float(n, in[0], "x");
+  expect_rank(n, in[0], "x", 4);
+  expect_dtype(n, in[1], "positions", DType::i32);
+  const Shape& x = in[0].shape;
+  if (in[1].shape != Shape{x[0], x[1]}) fail(n, "positions {} do not match x {}", in[1].shape.str(), x.str());
+  if (x[3] % 2 != 0) fail(n, "head dim {} is odd", x[3]);
+  if (!(n.params.theta > 0)) fail(n, "theta is {}", n.params.theta);
+  expect_out(n, out, x, DType::f32);
+  return {x[0], x[1], x[2], x[3]};
+}
+
+// Attention: q[B,T,nh,d], k/v[B,S,nkv,d], mask[B,S] u8 -> [B,T,nh,d]; T <= S, nkv divides nh.
+struct AttnDims { std::int64_t B, T, S, nh, nkv, d; bool mask; };
+inline AttnDims check_attention(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 3, 4);
+  const char* names[] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    expect_float(n, in[i], names[i]);
+    expect_rank(n, in[i], names[i], 4);
+  }
+  const Shape &q = in[0].shape, &k = in[1].shape;
+  if (in[2].shape != k) fail(n, "v {} does not match k {}", in[2].shape.str(), k.str());
+  if (k[0] != q[0] || k[3] != q[3]) fail(n, "k {} does not match q {} (batch, head dim)", k.str(), q.str());
+  if (k[2] < 1 || q[2] % k[2] != 0) fail(n, "{} query heads are not a multiple of {} kv heads", q[2], k[2]);
+  if (q[1] > k[1]) fail(n, "{} queries exceed {} keys", q[1], k[1]);
+  if (in.size() == 4) {
+    expect_dtype(n, in[3], "mask", DType::u8);
+    if (in[3].shape != Shape{q[0], k[1]}) fail(n, "mask {} does not match [{}, {}]", in[3].shape.str(), q[0], k[1]);
+  }
+  expect_out(n, out, q, DType::f32);
+  return {q[0], q[1], k[1], q[2], k[2], q[3], in.size() == 4};
+}
+
+// Add, SiluMul: two equal shapes -> the same shape.
+inline std::int64_t check_binary(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 2, 2);
+  expect_float(n, in[0], "a");
+  expect_float(n, in[1], "b");
+  if (in[0].shape != in[1].shape) fail(n, "operand shapes differ: {} vs {}", in[0].shape.str(), in[1].shape.str());
+  expect_out(n, out, in[0].shape, DType::f32);
+  return in[0].numel();
+}
+
+// Key slot u is visible to query t (at key slot qs = t + S - T) iff causal order allows it and
+// both slots are real tokens: Dream's pairwise mask m[q] & m[k], Qwen2's key mask plus u <= qs.
+inline bool allowed(bool causal, const std::uint8_t* mask, std::int64_t qs, std::int64_t u) {
+  if (causal && u > qs) return false;
+  return !mask || (mask[u] && mask[qs]);
+}
+
+// Whether a backend whose float inputs must satisfy `float_ok` runs this node. Outputs are f32,
+// except Reshape, which keeps its input's dtype.
+inline bool supports_with(const Node& n, std::span<const DType> t, bool (*float_ok)(DType)) {
+  const auto fl = [&](std::size_t i) { return float_ok(t[i]); };
+  const auto f32_out = n.dtype == DType::f32;
+  switch (n.op) {
+    case OpKind::Embedding: return t.size() == 2 && fl(0) && t[1] == DType::i32 && f32_out;
+    case OpKind::RmsNorm: return t.size() == 2 && fl(0) && fl(1) && f32_out;
+    case OpKind::Linear: return (t.size() == 2 || t.size() == 3) && fl(0) && fl(1) && (t.size() == 2 || fl(2)) && f32_out;
+    case OpKind::Reshape: return t.size() == 1 && n.dtype == t[0];
+    case OpKind::Rope: return t.size() == 2 && fl(0) && t[1] == DType::i32 && f32_out;
+    case OpKind::Attention:
+      return (t.size() == 3 || t.size() == 4) && fl(0) && fl(1) && fl(2) && (t.size() == 3 || t[3] == DType::u8) && f32_out;
+    case OpKind::Add:
+    case OpKind::SiluMul: return t.size() == 2 && fl(0) && fl(1) && f32_out;
+    default: return false;
+  }
+}
+
+// Kernels index inputs as dense row-major arrays; a strided view (rare) is copied first.
+class DenseInputs {
+ public:
+  explicit DenseInputs(Inputs in) {
+    copies_.reserve(in.size());
+    for (const auto& v : in) {
+      if (v.contiguous()) {
+        views_.push_back(v);
+      } else {
+        copies_.push_back(Tensor::copy_of(v));
+        views_.push_back(copies_.back().view());
+      }
+    }
+  }
+  Inputs views() const { return views_; }
+
+ private:
+  std::vector<Tensor> copies_;
+  std::vector<TensorView> views_;
+};
+
+}  // namespace sonde::ops

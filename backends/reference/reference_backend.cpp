@@ -1,0 +1,46 @@
+#include "reference_backend.h"
+
+#include "kernels.h"
+
+namespace sonde::reference {
+
+void ReferenceBackend::init(const BackendOptions&) {}
+
+BackendInfo ReferenceBackend::info() const {
+  return {"reference", "naive loops with double accumulation (the test oracle)", 1};
+}
+
+bool ReferenceBackend::supports(const Node& node, std::span<const DType> input_dtypes) const {
+  return ops::supports_with(node, input_dtypes, &ops::is_float16_32);
+}
+
+TensorView ReferenceBackend::upload(const std::string& name, const TensorView& src, Split) {
+  weights_[name] = src;
+  return src;
+}
+
+TensorView ReferenceBackend::weight(const std::string& name) const {
+  auto it = weights_.find(name);
+  if (it == weights_.end()) runtime_error("backend reference: no weight named '{}' was uploaded", name);
+  return it->second;
+}
+
+void ReferenceBackend::run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) {
+  const ops::DenseInputs dense(inputs);
+  const ops::Inputs in = dense.views();
+  switch (node.op) {
+    case OpKind::Embedding: return embedding(node, in, out);
+    case OpKind::RmsNorm: return rms_norm(node, in, out);
+    case OpKind::Linear: return linear(node, in, out);
+    case OpKind::Reshape: return reshape(node, in, out);
+    case OpKind::Rope: return rope(node, in, out);
+    case OpKind::Attention: return attention(node, in, out);
+    case OpKind::Add: return add(node, in, out);
+    case OpKind::SiluMul: return silu_mul(node, in, out);
+    default: ops::fail(node, "the reference backend does not run this op");
+  }
+}
+
+}  // namespace sonde::reference
+
+SONDE_PLUGIN(sonde::reference::ReferenceBackend, "backend", "reference", "0.1.0", "", 0)

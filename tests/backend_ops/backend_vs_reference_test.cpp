@@ -1,0 +1,212 @@
+// Every backend found in the plugin root runs each op on random inputs with odd shapes and is
+// compared with `reference`: normalised error max|a-b| / max|ref| <= 1e-5, and no NaN or Inf.
+#include "op_harness.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <iostream>
+
+namespace sonde::test {
+namespace {
+
+constexpr double kTol = 1e-5;
+const DType kWeightTypes[] = {DType::f32, DType::bf16, DType::f16};
+
+class BackendOps : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    backend_ = make_backend(GetParam());
+    reference_ = make_backend("reference");
+  }
+
+  // Runs `node` on both backends; a node the backend declines is the executor's fallback case,
+  // so it is skipped here (and reported) rather than failed.
+  void compare(const Node& node, const std::vector<Arg>& args) {
+    std::vector<DType> dtypes;
+    for (const auto& v : prepared_inputs(*backend_, args)) dtypes.push_back(v.dtype);
+    if (!backend_->supports(node, dtypes)) {
+      std::cout << "[ note ] " << GetParam() << " declines " << op_name(node.op) << "\n";
+      return;
+    }
+    const Tensor ref = run_on(*reference_, node, args);
+    const Tensor got = run_on(*backend_, node, args);
+    ASSERT_TRUE(all_finite(ref));
+    EXPECT_TRUE(all_finite(got));
+    EXPECT_LE(normalised_error(got, ref), kTol);
+  }
+
+  std::shared_ptr<Backend> backend_, reference_;
+};
+
+TEST_P(BackendOps, Embedding) {
+  for (DType wt : kWeightTypes) {
+    SCOPED_TRACE(std::string(dtype_name(wt)));
+    const Node n = make_node(OpKind::Embedding, Shape{2, 7, 10});
+    compare(n, {{random_tensor(wt, Shape{37, 10}, 1), true}, {random_ids(Shape{2, 7}, 2, 0, 37)}});
+  }
+}
+
+TEST_P(BackendOps, RmsNorm) {
+  for (DType wt : kWeightTypes)
+    for (std::int64_t H : {13, 16, 896}) {
+      SCOPED_TRACE(std::string(dtype_name(wt)) + " H=" + std::to_string(H));
+      Node n = make_node(OpKind::RmsNorm, Shape{2, 7, H});
+      n.params.eps = 1e-6f;
+      compare(n, {{random_tensor(DType::f32, Shape{2, 7, H}, 3, -4, 4)}, {random_tensor(wt, Shape{H}, 4, 0.5f, 1.5f), true}});
+    }
+}
+
+TEST_P(BackendOps, Linear) {
+  struct Case { Shape x; std::int64_t N; bool bias; };
+  const Case cases[] = {{Shape{2, 7, 13}, 37, true},  {Shape{2, 7, 13}, 10, false}, {Shape{1, 1, 300}, 37, true},
+                        {Shape{1, 300}, 70, false},   {Shape{33, 300}, 70, true},   {Shape{2, 1, 16}, 13, true}};
+  for (DType wt : kWeightTypes)
+    for (const auto& c : cases) {
+      SCOPED_TRACE(std::string(dtype_name(wt)) + " x=" + c.x.str() + " N=" + std::to_string(c.N));
+      const std::int64_t K = c.x.last();
+      Shape out = c.x;
+      out[out.rank - 1] = c.N;
+      std::vector<Arg> args{{random_tensor(DType::f32, c.x, 5)}, {random_tensor(wt, Shape{c.N, K}, 6), true}};
+      if (c.bias) args.push_back({random_tensor(wt, Shape{c.N}, 7), true});
+      compare(make_node(OpKind::Linear, out), args);
+    }
+}
+
+TEST_P(BackendOps, Reshape) {
+  Node n = make_node(OpKind::Reshape, Shape{2, 7, 2, 6});
+  n.params.shape = n.shape;
+  compare(n, {{random_tensor(DType::f32, Shape{2, 7, 12}, 8)}});
+}
+
+TEST_P(BackendOps, Rope) {
+  for (std::int64_t d : {6, 10, 16, 64})
+    for (double theta : {1e4, 1e6}) {
+      SCOPED_TRACE("d=" + std::to_string(d) + " theta=" + std::to_string(theta));
+      for (std::int64_t T : {1, 7}) {
+        Node n = make_node(OpKind::Rope, Shape{2, T, 6, d});
+        n.params.theta = theta;
+        compare(n, {{random_tensor(DType::f32, n.shape, 9)}, {random_ids(Shape{2, T}, 10, 0, 5000)}});
+      }
+    }
+}
+
+struct AttnCase {
+  std::int64_t B, T, S, nh, nkv, d;
+  bool causal, mask;
+};
+
+// Batch row 1 is left-padded (slots 0 and 1 masked), so with the pairwise rule its first query
+// rows see no key at all; batch row 0 has a padded slot in the middle.
+Tensor padded_mask(std::int64_t B, std::int64_t S) {
+  std::vector<int> m(static_cast<std::size_t>(B * S), 1);
+  if (S > 3) m[2] = 0;
+  for (std::int64_t u = 0; u < std::min<std::int64_t>(2, S - 1) && B > 1; ++u) m[static_cast<std::size_t>(S + u)] = 0;
+  return bytes(Shape{B, S}, m);
+}
+
+TEST_P(BackendOps, Attention) {
+  const AttnCase cases[] = {
+      {2, 7, 7, 6, 2, 16, true, false}, {2, 7, 7, 6, 3, 10, false, false}, {2, 1, 9, 6, 3, 10, true, false},
+      {2, 7, 7, 6, 2, 6, true, true},   {2, 7, 7, 6, 3, 16, false, true},  {2, 3, 11, 6, 2, 16, true, true},
+      {2, 1, 9, 6, 2, 16, true, true},  {1, 5, 5, 13, 13, 6, false, true}, {2, 4, 13, 4, 1, 64, false, true}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(fmt::format("B={} T={} S={} nh={} nkv={} d={} causal={} mask={}", c.B, c.T, c.S, c.nh, c.nkv, c.d,
+                             c.causal, c.mask));
+    Node n = make_node(OpKind::Attention, Shape{c.B, c.T, c.nh, c.d});
+    n.params.causal = c.causal;
+    std::vector<Arg> args{{random_tensor(DType::f32, Shape{c.B, c.T, c.nh, c.d}, 11, -3, 3)},
+                          {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 12, -3, 3)},
+                          {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 13)}};
+    if (c.mask) args.push_back({padded_mask(c.B, c.S)});
+    compare(n, args);
+  }
+}
+
+TEST_P(BackendOps, AddAndSiluMul) {
+  for (OpKind op : {OpKind::Add, OpKind::SiluMul})
+    for (const Shape& s : {Shape{2, 7, 13}, Shape{1, 1, 37}, Shape{3, 1000}}) {
+      SCOPED_TRACE(std::string(op_name(op)) + " " + s.str());
+      compare(make_node(op, s), {{random_tensor(DType::f32, s, 14, -8, 8)}, {random_tensor(DType::f32, s, 15, -2, 2)}});
+    }
+}
+
+// The same node on the same inputs gives bit-identical output.
+TEST_P(BackendOps, Deterministic) {
+  Node attn = make_node(OpKind::Attention, Shape{2, 7, 6, 16});
+  attn.params.causal = true;
+  const std::vector<Arg> attn_args{{random_tensor(DType::f32, Shape{2, 7, 6, 16}, 16)},
+                                   {random_tensor(DType::f32, Shape{2, 9, 2, 16}, 17)},
+                                   {random_tensor(DType::f32, Shape{2, 9, 2, 16}, 18)},
+                                   {padded_mask(2, 9)}};
+  const std::vector<Arg> lin_args{{random_tensor(DType::f32, Shape{5, 300}, 19)},
+                                  {random_tensor(DType::bf16, Shape{70, 300}, 20), true}};
+  const std::vector<Arg> gemv_args{{random_tensor(DType::f32, Shape{1, 300}, 21)},
+                                   {random_tensor(DType::f32, Shape{70, 300}, 22), true}};
+  const std::vector<Arg> silu_args{{random_tensor(DType::f32, Shape{3, 1001}, 23)}, {random_tensor(DType::f32, Shape{3, 1001}, 24)}};
+  const std::pair<Node, const std::vector<Arg>*> runs[] = {{attn, &attn_args},
+                                                           {make_node(OpKind::Linear, Shape{5, 70}), &lin_args},
+                                                           {make_node(OpKind::Linear, Shape{1, 70}), &gemv_args},
+                                                           {make_node(OpKind::SiluMul, Shape{3, 1001}), &silu_args}};
+  for (const auto& [node, args] : runs) {
+    SCOPED_TRACE(std::string(op_name(node.op)) + " " + node.shape.str());
+    const Tensor a = run_on(*backend_, node, *args);
+    const Tensor b = run_on(*backend_, node, *args);
+    EXPECT_EQ(std::memcmp(a.view().data, b.view().data, a.view().nbytes()), 0);
+  }
+}
+
+// Weights read back through weight(name) hold the uploaded values (widening is exact).
+TEST_P(BackendOps, UploadedWeightsReadBack) {
+  for (DType wt : kWeightTypes) {
+    const Tensor src = random_tensor(wt, Shape{13, 6}, 25);
+    backend_->upload("blocks.0.w", src.view(), Split::None);
+    const TensorView got = backend_->weight("blocks.0.w");
+    EXPECT_EQ(got.shape, src.shape());
+    EXPECT_EQ(values(Tensor::copy_of(got)), values(src)) << dtype_name(wt);
+  }
+}
+
+TEST_P(BackendOps, UnknownWeightIsAnErrorNamingIt) {
+  try {
+    backend_->weight("model.no_such.weight");
+    FAIL() << "weight() of an unknown name did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.no_such.weight"), std::string::npos) << e.what();
+  }
+}
+
+// A shape mismatch is a sonde::Error that names the node and the shapes.
+TEST_P(BackendOps, ShapeMismatchIsAnErrorNamingTheNode) {
+  const Node n = make_node(OpKind::Linear, Shape{2, 3}, "blocks.4.attn.q_proj");
+  const std::vector<Arg> args{{random_tensor(DType::f32, Shape{2, 5}, 26)}, {random_tensor(DType::f32, Shape{3, 4}, 27), true}};
+  try {
+    run_on(*backend_, n, args);
+    FAIL() << "a Linear with x [2, 5] and W [3, 4] did not throw";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("blocks.4.attn.q_proj"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[3, 4]"), std::string::npos) << msg;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, BackendOps, ::testing::ValuesIn(backend_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string s = info.param;
+                           for (char& c : s)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return s;
+                         });
+
+// The suite above runs on whatever is found; make sure the two backends built here are among it.
+TEST(BackendDiscovery, FindsReferenceAndCpuBlas) {
+  const auto names = backend_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "reference"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "cpu-blas"), names.end());
+  for (const auto& r : registry().rejected()) std::cout << "[ note ] rejected " << r.path << ": " << r.reason << "\n";
+}
+
+}  // namespace
+}  // namespace sonde::test

@@ -1,0 +1,130 @@
+#include "op_harness.h"
+
+#include "test_paths.h"
+
+#include <sonde/error.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+namespace sonde::test {
+
+namespace {
+void store(const Tensor& t, std::size_t i, float x) {
+  switch (t.dtype()) {
+    case DType::f32: t.view().as<float>()[i] = x; return;
+    case DType::bf16: t.view().as<std::uint16_t>()[i] = f32_to_bf16(x); return;
+    case DType::f16: t.view().as<std::uint16_t>()[i] = f32_to_f16(x); return;
+    default: runtime_error("test harness: cannot store floats as {}", dtype_name(t.dtype()));
+  }
+}
+}  // namespace
+
+Tensor random_tensor(DType dtype, const Shape& shape, unsigned seed, float lo, float hi) {
+  Tensor t(dtype, shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (std::int64_t i = 0; i < t.view().numel(); ++i) store(t, static_cast<std::size_t>(i), dist(rng));
+  return t;
+}
+
+Tensor random_ids(const Shape& shape, unsigned seed, int lo, int hi) {
+  Tensor t(DType::i32, shape);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(lo, hi - 1);
+  for (std::int64_t i = 0; i < t.view().numel(); ++i) t.data<std::int32_t>()[i] = dist(rng);
+  return t;
+}
+
+Tensor floats(DType dtype, const Shape& shape, const std::vector<float>& v) {
+  Tensor t(dtype, shape);
+  if (static_cast<std::int64_t>(v.size()) != shape.numel()) runtime_error("test harness: {} values for {}", v.size(), shape.str());
+  for (std::size_t i = 0; i < v.size(); ++i) store(t, i, v[i]);
+  return t;
+}
+
+Tensor ints(const Shape& shape, const std::vector<int>& v) {
+  Tensor t(DType::i32, shape);
+  if (static_cast<std::int64_t>(v.size()) != shape.numel()) runtime_error("test harness: {} values for {}", v.size(), shape.str());
+  for (std::size_t i = 0; i < v.size(); ++i) t.data<std::int32_t>()[i] = v[i];
+  return t;
+}
+
+Tensor bytes(const Shape& shape, const std::vector<int>& v) {
+  Tensor t(DType::u8, shape);
+  if (static_cast<std::int64_t>(v.size()) != shape.numel()) runtime_error("test harness: {} values for {}", v.size(), shape.str());
+  for (std::size_t i = 0; i < v.size(); ++i) t.data<std::uint8_t>()[i] = static_cast<std::uint8_t>(v[i]);
+  return t;
+}
+
+Node make_node(OpKind op, const Shape& out_shape, const std::string& name, DType dtype) {
+  Node n;
+  n.op = op;
+  n.shape = out_shape;
+  n.dtype = dtype;
+  n.names = {name};
+  return n;
+}
+
+std::vector<TensorView> prepared_inputs(Backend& backend, const std::vector<Arg>& args) {
+  std::vector<TensorView> in;
+  for (std::size_t i = 0; i < args.size(); ++i)
+    in.push_back(args[i].weight ? backend.upload("test.w" + std::to_string(i), args[i].t.view(), Split::None)
+                                : args[i].t.view());
+  return in;
+}
+
+Tensor run_on(Backend& backend, const Node& node, const std::vector<Arg>& args) {
+  const auto in = prepared_inputs(backend, args);
+  Tensor out(node.dtype, node.shape);
+  backend.run(node, in, out.view());
+  backend.sync();
+  return out;
+}
+
+std::vector<float> values(const Tensor& t) {
+  const Tensor f = to_f32(t.view());
+  return {f.data<float>(), f.data<float>() + f.view().numel()};
+}
+
+double normalised_error(const Tensor& got, const Tensor& ref) {
+  const auto a = values(got), b = values(ref);
+  if (a.size() != b.size()) return INFINITY;
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+bool all_finite(const Tensor& t) {
+  for (float x : values(t))
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+PluginRegistry& registry() {
+  static PluginRegistry* r = [] {
+    auto* reg = new PluginRegistry();  // never destroyed: plugin code must outlive every object
+    reg->scan({plugin_root()});
+    return reg;
+  }();
+  return *r;
+}
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names;
+  for (const auto& e : registry().plugins())
+    if (e.kind == "backend") names.push_back(e.name);
+  return names;
+}
+
+std::shared_ptr<Backend> make_backend(const std::string& name) {
+  auto b = registry().backend(name);
+  b->init(BackendOptions{});
+  return b;
+}
+
+}  // namespace sonde::test

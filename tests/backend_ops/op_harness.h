@@ -1,0 +1,45 @@
+#pragma once
+// Helpers for single-op tests: random and literal tensors, a Node built by hand, running a node
+// on a backend the way the executor would (weights through upload()), and error metrics.
+#include <sonde/backend.h>
+#include <sonde/graph.h>
+#include <sonde/registry.h>
+#include <sonde/tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sonde::test {
+
+// One input of a node. Weights go through Backend::upload() first, as model weights do.
+struct Arg {
+  Tensor t;
+  bool weight = false;
+};
+
+// Uniform values in [lo, hi) from a fixed seed, drawn in float and rounded to `dtype`.
+Tensor random_tensor(DType dtype, const Shape& shape, unsigned seed, float lo = -1.0f, float hi = 1.0f);
+Tensor random_ids(const Shape& shape, unsigned seed, int lo, int hi);  // i32 in [lo, hi)
+Tensor floats(DType dtype, const Shape& shape, const std::vector<float>& v);  // rounded to dtype
+Tensor ints(const Shape& shape, const std::vector<int>& v);                   // i32
+Tensor bytes(const Shape& shape, const std::vector<int>& v);                  // u8
+
+Node make_node(OpKind op, const Shape& out_shape, const std::string& name = "test.op", DType dtype = DType::f32);
+
+// Runs `node` on `backend` with fresh output buffer of node.shape / node.dtype.
+Tensor run_on(Backend& backend, const Node& node, const std::vector<Arg>& args);
+// The input dtypes the backend will see (weights after upload).
+std::vector<TensorView> prepared_inputs(Backend& backend, const std::vector<Arg>& args);
+
+double normalised_error(const Tensor& got, const Tensor& ref);  // max|a-b| / max|ref|
+bool all_finite(const Tensor& t);
+std::vector<float> values(const Tensor& t);  // any float dtype, as f32
+
+// The registry scanned over the build tree's plugin root, kept for the whole process so that
+// plugin libraries stay loaded.
+PluginRegistry& registry();
+std::vector<std::string> backend_names();
+std::shared_ptr<Backend> make_backend(const std::string& name);
+
+}  // namespace sonde::test
