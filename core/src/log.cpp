@@ -1,7 +1,7 @@
 #include <sonde/error.h>
 #include <sonde/log.h>
 
-#include <spdlog/sinks/stderr_color_sinks.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 
 namespace sonde {
 
