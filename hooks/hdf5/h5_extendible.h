@@ -1,0 +1,43 @@
+#pragma once
+// A dataset that grows along its first dimension: shape [0, *row_dims], maxdims
+// [UNLIMITED, *row_dims], chunked along rows only. It is created whole at open time, because a
+// later SWMR mode may create no objects once writing starts (toolchain §4).
+#include "h5_handles.h"
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace sonde::h5 {
+
+// Rows per chunk: the largest power of two with rows * row_bytes <= target (at least one row).
+// With the 1 MiB default this gives chunks of 512 KiB to 1 MiB, which fit HDF5's default
+// per-dataset chunk cache (1 MiB) so partial-chunk appends do not re-read from disk.
+hsize_t chunk_rows_for(std::size_t row_bytes, std::size_t target = std::size_t{1} << 20);
+
+struct ExtendibleSpec {
+  hid_t file_type = H5I_INVALID_HID;
+  std::vector<hsize_t> row_dims;  // empty for a 1-D column
+  hsize_t chunk_rows = 1;
+  bool compress = false;          // shuffle + deflate(1)
+};
+
+class Extendible {
+ public:
+  Extendible() = default;
+  static Extendible create(const Handle& loc, const std::string& name, const ExtendibleSpec& spec);
+
+  // Appends `rows` contiguous rows of `mem_type` elements. The extent is only counted once the
+  // write succeeded, so a failed append is overwritten by the next one.
+  void append(const void* data, hsize_t rows, hid_t mem_type);
+  hsize_t rows() const { return rows_; }
+  const Handle& handle() const { return ds_; }
+  void close() { ds_.close(); }
+
+ private:
+  Handle ds_;
+  std::vector<hsize_t> row_dims_;
+  hsize_t rows_ = 0;
+};
+
+}  // namespace sonde::h5

@@ -1,0 +1,59 @@
+#pragma once
+// The per-row and per-prompt tables of design §5, as parallel 1-D extendible columns. Variable
+// length fields (strings, token lists) are a flat values column plus an offsets column with N+1
+// entries starting at 0, never HDF5 variable-length strings: those live in the global heap, which
+// is unreadable in a crashed SWMR file until h5clear (toolchain §4), and numeric columns are not.
+#include "h5_extendible.h"
+
+#include <sonde/sink.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sonde::h5 {
+
+// How to read the variable-length fields; stored as the `layout` attribute of /prompts.
+extern const char* const kPromptsLayout;
+
+class RaggedColumn {
+ public:
+  // Creates `<values>` (file_type elements) and `<offsets>` (i64, holding the leading 0).
+  void create(const Handle& group, const std::string& values, const std::string& offsets, hid_t file_type);
+  void append(const void* data, std::size_t n, hid_t mem_type);
+  void append(const std::string& utf8) { append(utf8.data(), utf8.size(), H5T_NATIVE_UINT8); }
+  void close();
+
+ private:
+  Extendible values_, offsets_;
+  std::int64_t end_ = 0;
+};
+
+// /rows: prompt_idx i64, pos i32, token_id i32, step i32, kind u8.
+class RowsTable {
+ public:
+  void create(const Handle& file);
+  void append(const std::vector<RowRecord>& rows);
+  std::int64_t size() const { return static_cast<std::int64_t>(prompt_idx_.rows()); }
+  void close();
+
+ private:
+  Handle group_;
+  Extendible prompt_idx_, pos_, token_id_, step_, kind_;
+};
+
+// /prompts: prompt_idx i64, row_start i64, row_count i64, seed u64, and the ragged fields
+// id, text, completion, finish_reason (UTF-8 bytes) and token_ids (i32).
+class PromptsTable {
+ public:
+  void create(const Handle& file);
+  void append(const PromptRecord& p, std::int64_t row_start, std::int64_t row_count);
+  void close();
+
+ private:
+  Handle group_;
+  Extendible prompt_idx_, row_start_, row_count_, seed_;
+  RaggedColumn id_, text_, completion_, finish_reason_, token_ids_;
+};
+
+}  // namespace sonde::h5

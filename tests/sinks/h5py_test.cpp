@@ -1,0 +1,55 @@
+// Stock h5py (Debian's python3-h5py, run by the system interpreter: toolchain §1) reads every
+// dataset of a sink file; check_h5py.py recomputes the expected values with numpy.
+#include "sink_test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace sonde::test {
+namespace {
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+std::string hex(const std::string& s) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+// Runs a command and returns its exit status and combined output.
+std::pair<int, std::string> run(const std::string& command) {
+  std::string output;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+class StockH5py : public ::testing::TestWithParam<DType> {};
+
+TEST_P(StockH5py, ReadsEveryDatasetWithTheExpectedValues) {
+  if (run(std::string(kPython) + " -c 'import h5py'").first != 0) GTEST_SKIP() << kPython << " has no h5py";
+  const DType storage = GetParam();
+  const auto path = write_scenario_file(temp_dir(), storage);
+  std::string command = std::string(kPython) + " " + SONDE_SINK_TEST_DIR "/check_h5py.py '" + path + "' " +
+                        std::string(dtype_name(storage));
+  for (const auto& h : scenario_hooks()) command += " " + h.name;
+  command += " --";
+  for (const auto& p : scenario_prompts()) command += " " + hex(p.record.text);
+  const auto [status, output] = run(command);
+  EXPECT_EQ(status, 0) << command << "\n" << output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Hdf5Sink, StockH5py, ::testing::Values(DType::f32, DType::bf16, DType::f16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace sonde::test
