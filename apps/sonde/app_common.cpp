@@ -1,0 +1,77 @@
+#include "app_common.h"
+
+#include <sonde/error.h>
+#include <sonde/log.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace sonde::cli {
+
+void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model) {
+  if (with_model)
+    desc.add_options()("model", po::value(&o.model)->required(),
+                       "model directory, or org/name in the local Hugging Face cache (never downloads)");
+  desc.add_options()
+      ("backend", po::value(&o.backend), "compute backend: reference, cpu-blas, ... (default: the fastest available)")
+      ("threads", po::value(&o.threads)->default_value(0), "compute threads (0: all cores)")
+      ("plugin-dir", po::value(&o.plugin_dir), "look for plugins here first")
+      ("log-level", po::value(&o.log_level)->default_value("warn"), "trace, debug, info, warn, error, off")
+      ("config", po::value(&o.config_file), "read options from this file (key = value lines)");
+}
+
+bool parse_options(const std::vector<std::string>& args, const std::string& usage,
+                   const po::options_description& desc, po::variables_map& vm,
+                   const po::positional_options_description* positional) {
+  po::options_description all(desc);
+  all.add_options()("help,h", "show this help");
+  po::command_line_parser parser(args);
+  parser.options(all);
+  if (positional) parser.positional(*positional);
+  po::store(parser.run(), vm);
+  if (vm.count("help")) {
+    std::cout << usage << "\n\n" << all << "\n";
+    return false;
+  }
+  if (vm.count("config")) {
+    const auto file = vm["config"].as<std::string>();
+    std::ifstream in(file);
+    if (!in) bad_input("--config: cannot read '{}'", file);
+    po::store(po::parse_config_file(in, all), vm);
+  }
+  po::notify(vm);
+  return true;
+}
+
+std::unique_ptr<Session> open_session(const CommonOptions& o) {
+  init_logging(o.log_level);
+  if (o.threads < 0) bad_input("--threads: {} is negative", o.threads);
+  return Session::open(SessionOptions{o.model, o.backend, o.threads, o.plugin_dir});
+}
+
+std::vector<std::int32_t> parse_id_list(const std::string& text, const std::string& option) {
+  std::vector<std::int32_t> ids;
+  std::string item;
+  std::stringstream ss(text);
+  while (ss >> item) {
+    std::stringstream parts(item);
+    std::string part;
+    while (std::getline(parts, part, ',')) {
+      if (part.empty()) continue;
+      std::size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(part, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != part.size() || v < 0 || v > INT32_MAX) bad_input("{}: '{}' is not a token id", option, part);
+      ids.push_back(static_cast<std::int32_t>(v));
+    }
+  }
+  if (ids.empty()) bad_input("{}: no token ids given", option);
+  return ids;
+}
+
+}  // namespace sonde::cli

@@ -1,0 +1,35 @@
+#pragma once
+// Option handling shared by the commands: the common options of design §6, --help, --config.
+#include <sonde/session.h>
+
+#include <boost/program_options.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sonde::cli {
+
+namespace po = boost::program_options;
+
+struct CommonOptions {
+  std::string model, backend, plugin_dir, log_level = "warn", config_file;
+  int threads = 0;
+};
+
+// Adds --model (when with_model), --backend, --threads, --plugin-dir, --log-level, --config.
+void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model = true);
+
+// Parses args (and the --config file, if any) into vm; returns false after printing --help.
+bool parse_options(const std::vector<std::string>& args, const std::string& usage,
+                   const po::options_description& desc, po::variables_map& vm,
+                   const po::positional_options_description* positional = nullptr);
+
+// Applies --log-level and opens the model on the chosen backend.
+std::unique_ptr<Session> open_session(const CommonOptions& o);
+
+// "1,2,3" or "1 2 3" -> ids; a bad entry is a BadInput error naming the option and the entry.
+std::vector<std::int32_t> parse_id_list(const std::string& text, const std::string& option);
+
+}  // namespace sonde::cli

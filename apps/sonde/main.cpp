@@ -1,0 +1,70 @@
+// sonde <command> [options]. Errors become one line on stderr and exit code 2 (bad usage or bad
+// input) or 1 (runtime failure), per design §6.
+#include "commands.h"
+
+#include <sonde/error.h>
+
+#include <boost/program_options/errors.hpp>
+
+#include <cstring>
+#include <iostream>
+
+namespace {
+
+struct CommandEntry {
+  const char* name;
+  int (*run)(const sonde::cli::Args&);
+  const char* summary;
+};
+
+const CommandEntry kCommands[] = {
+    {"demo", sonde::cli::cmd_demo, "make a small random model if needed, capture a few hooks to HDF5, show the result"},
+    {"make-model", sonde::cli::cmd_make_model, "write a random-weight checkpoint in Hugging Face layout"},
+    {"inspect", sonde::cli::cmd_inspect, "architecture, parameters, dtypes, memory estimate, tokenizer"},
+    {"hooks", sonde::cli::cmd_hooks, "list every hook point of a model with its shape"},
+    {"forward", sonde::cli::cmd_forward, "one forward pass; logits and selected hooks to HDF5"},
+    {"tokenize", sonde::cli::cmd_tokenize, "text to token ids (or back with --decode)"},
+    {"plugins", sonde::cli::cmd_plugins, "list the plugins found and the files rejected"},
+};
+
+void usage(std::ostream& os) {
+  os << "sonde " SONDE_VERSION ": run Qwen2.5 and Dream checkpoints and capture their activations to HDF5\n\n"
+     << "usage: sonde <command> [options]   (sonde <command> --help for its options)\n\ncommands:\n";
+  for (const auto& c : kCommands) os << "  " << c.name << std::string(12 - std::strlen(c.name), ' ') << c.summary << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(std::cerr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    usage(std::cout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::cout << "sonde " SONDE_VERSION "\n";
+    return 0;
+  }
+  for (const auto& c : kCommands) {
+    if (cmd != c.name) continue;
+    try {
+      return c.run(sonde::cli::Args(argv + 2, argv + argc));
+    } catch (const sonde::Error& e) {
+      std::cerr << "sonde " << cmd << ": error: " << e.what() << "\n";
+      return e.exit_code();
+    } catch (const boost::program_options::error& e) {
+      std::cerr << "sonde " << cmd << ": error: " << e.what() << " (see sonde " << cmd << " --help)\n";
+      return 2;
+    } catch (const std::exception& e) {
+      std::cerr << "sonde " << cmd << ": error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  std::cerr << "sonde: unknown command '" << cmd << "'\n\n";
+  usage(std::cerr);
+  return 2;
+}

@@ -1,0 +1,20 @@
+#pragma once
+// Special token ids of make-model checkpoints. Real-size presets use Qwen2.5's ids (model-spec
+// §1.1); small vocabularies put the specials at the top, as the shared golden models do.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sonde::cli {
+
+struct SpecialIds {
+  std::int32_t endoftext = 0, im_start = 0, im_end = 0, mask = -1;
+  std::int32_t top = 0;  // the highest special id
+};
+
+SpecialIds special_ids(bool dream, std::int64_t vocab, bool real_vocab);
+std::vector<std::pair<std::string, std::int32_t>> special_tokens(const SpecialIds& ids);
+std::string tokenizer_config_json(const SpecialIds& ids, bool dream);
+
+}  // namespace sonde::cli

@@ -1,0 +1,53 @@
+#include "run_sonde.h"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <stdexcept>
+#include <sys/wait.h>
+
+#include "test_paths.h"
+
+namespace sonde::test {
+
+namespace {
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+}  // namespace
+
+RunResult run_sonde(const std::vector<std::string>& args) {
+  std::string cmd = quote(sonde_exe().string());
+  for (const auto& a : args) cmd += " " + quote(a);
+  cmd += " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) throw std::runtime_error("cannot run " + cmd);
+  RunResult r;
+  std::array<char, 4096> buf{};
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+std::string join_ids(const std::vector<std::int64_t>& ids) {
+  std::string s;
+  for (auto id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+std::vector<std::string> built_backends() {
+  const auto r = run_sonde({"plugins", "--json"});
+  if (r.exit_code != 0) throw std::runtime_error("sonde plugins failed: " + r.output);
+  std::vector<std::string> names;
+  const auto listing = nlohmann::json::parse(r.output);
+  for (const auto& p : listing["plugins"])
+    if (p["kind"] == "backend") names.push_back(p["name"]);
+  return names;
+}
+
+}  // namespace sonde::test
