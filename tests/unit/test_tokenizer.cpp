@@ -1,0 +1,247 @@
+// The Qwen2.5 tokenizer against the shared fixtures: cases.jsonl (ids, decoded text, round trip)
+// and llama.cpp's vectors, plus UTF-8 handling of encode, decode and the streaming decoder.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "sonde/error.h"
+#include "sonde/tokenizer.h"
+#include "test_paths.h"
+
+namespace sonde {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+fs::path fixture_dir() { return test::shared_dir() / "fixtures/qwen2.5-tokenizer"; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Loading the 7 MB tokenizer.json is slow enough to share it between the tests of this file.
+const Tokenizer& qwen() {
+  static const Tokenizer tok = [] {
+    const auto t0 = std::chrono::steady_clock::now();
+    Tokenizer t = Tokenizer::load(fixture_dir());
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << "[ info ] tokenizer.json loaded in " << ms << " ms\n";
+    return t;
+  }();
+  return tok;
+}
+
+std::vector<json> read_cases() {
+  std::vector<json> cases;
+  std::ifstream in(fixture_dir() / "cases.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) cases.push_back(json::parse(line));
+  return cases;
+}
+
+bool valid_utf8(std::string_view s) {
+  // Independent of the code under test: re-encode through a strict decoder.
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    int n = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    char32_t c = n == 1 ? b : b & (0x7F >> n);
+    for (int k = 1; k < n; ++k) {
+      const auto cb = static_cast<unsigned char>(s[i + k]);
+      if ((cb & 0xC0) != 0x80) return false;
+      c = (c << 6) | (cb & 0x3F);
+    }
+    const char32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < min[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
+TEST(TokenizerQwen, CasesJsonlIdsDecodedAndRoundTrip) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
+  const auto cases = read_cases();
+  ASSERT_EQ(cases.size(), 68u);
+  for (const json& c : cases) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const std::string text = c["text"];
+    const auto expected = c["ids"].get<std::vector<std::int32_t>>();
+    const std::string decoded = c["decoded"];
+    const auto ids = qwen().encode(text);
+    EXPECT_EQ(ids, expected);
+    EXPECT_EQ(qwen().decode(expected), decoded);
+    EXPECT_EQ(c["round_trip"].get<bool>(), decoded == text);
+    // decode(encode(s)) == NFC(s): the fixture's decoded text is NFC(text).
+    EXPECT_EQ(qwen().decode(ids), decoded);
+  }
+}
+
+TEST(TokenizerQwen, LlamaCppVectors) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer/llamacpp-vectors");
+  const std::string inp = slurp(fixture_dir() / "llamacpp-vectors/ggml-vocab-qwen2.gguf.inp");
+  const std::string marker = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> inputs;
+  for (std::size_t pos = 0; pos < inp.size();) {
+    const auto end = inp.find(marker, pos);
+    ASSERT_NE(end, std::string::npos);
+    inputs.push_back(inp.substr(pos, end - pos));
+    pos = end + marker.size();
+  }
+  std::ifstream out(fixture_dir() / "llamacpp-vectors/ggml-vocab-qwen2.gguf.out");
+  std::vector<std::vector<std::int32_t>> expected;
+  for (std::string line; std::getline(out, line);) {
+    std::istringstream ss(line);
+    expected.emplace_back();
+    for (std::int32_t id; ss >> id;) expected.back().push_back(id);
+  }
+  ASSERT_EQ(inputs.size(), 43u);
+  ASSERT_EQ(expected.size(), inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i) + ": " + inputs[i]);
+    EXPECT_EQ(qwen().encode(inputs[i]), expected[i]);
+    EXPECT_EQ(qwen().decode(expected[i]), inputs[i]);
+  }
+}
+
+TEST(TokenizerQwen, KnownIdsFromTheReadme) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
+  EXPECT_THAT(qwen().encode("<|im_start|>user\nhi<|im_end|>"), testing::ElementsAre(151644, 872, 198, 6023, 151645));
+  EXPECT_THAT(qwen().encode("\xF0\x9F\x98\x8A"), testing::ElementsAre(144236));
+  EXPECT_EQ(qwen().token_id("<|endoftext|>"), 151643);
+  EXPECT_EQ(qwen().token_id("<|file_sep|>"), 151664);
+  EXPECT_EQ(qwen().token_id("\xC4\xA0the"), 279);  // "Ġthe" as written in vocab.json
+  EXPECT_EQ(qwen().token_id("<|mask|>"), std::nullopt);  // Dream's, not Qwen2.5's
+  EXPECT_EQ(qwen().vocab_size(), 151665u);
+  EXPECT_TRUE(qwen().is_special(151643));
+  EXPECT_FALSE(qwen().is_special(151657));  // <tool_call> is added but not special
+  EXPECT_FALSE(qwen().is_special(279));
+}
+
+TEST(TokenizerQwen, DecodeSkipsSpecialTokensOnRequest) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
+  const std::vector<std::int32_t> ids = {151644, 872, 198, 6023, 151645, 151657};
+  EXPECT_EQ(qwen().decode(ids), "<|im_start|>user\nhi<|im_end|><tool_call>");
+  EXPECT_EQ(qwen().decode(ids, true), "user\nhi<tool_call>");
+  const std::vector<std::int32_t> unknown = {6023, 151665, 999999, -1};
+  EXPECT_EQ(qwen().decode(unknown), "hi");
+}
+
+TEST(TokenizerQwen, InvalidUtf8InputIsBadInputNamingTheOffset) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
+  for (const auto& [text, offset] : std::vector<std::pair<std::string, int>>{
+           {"ab\xFF" "cd", 2}, {"\xC0\xAF", 0}, {"x\xED\xA0\x80", 1}, {"hi \xE4\xBD", 3}, {"\xF4\x90\x80\x80", 0}}) {
+    try {
+      qwen().encode(text);
+      ADD_FAILURE() << "no error for offset " << offset;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+      EXPECT_THAT(e.what(), testing::HasSubstr("byte offset " + std::to_string(offset)));
+    }
+  }
+}
+
+// Expected strings from Python: bytes.decode("utf-8", errors="replace"), one U+FFFD per maximal
+// invalid subpart.
+TEST(TokenizerUtf8, ReplacementFollowsMaximalSubparts) {
+  const std::string r = "\xEF\xBF\xBD";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"\xFF", r},
+      {"a\x80" "b", "a" + r + "b"},
+      {"\xE4\xBD", r},
+      {"\xE4\xBD" "a", r + "a"},
+      {"\xF0\x9F\x98", r},
+      {"\xED\xA0\x80", r + r + r},
+      {"\xC0\xAF", r + r},
+      {"\xF4\x90\x80\x80", r + r + r + r},
+      {"\xE0\x80\x80", r + r + r},
+      {"\xF0\x80\x80\x80x", r + r + r + r + "x"},
+      {"\xE4\xBD\xA0\xBD", "\xE4\xBD\xA0" + r},
+      {"\xF5" "a", r + "a"},
+      {"\xC2", r},
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(utf8_replace_invalid(in), want);
+}
+
+TEST(TokenizerQwen, DecodeOfPartialByteTokensShowsReplacement) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
+  // "你" is E4 BD A0; its first two bytes alone decode to one U+FFFD, as in Python.
+  const std::vector<std::int32_t> ids = {*qwen().token_id("\xC3\xA4"), *qwen().token_id("\xC2\xBD")};
+  EXPECT_EQ(qwen().token_bytes(ids[0]), "\xE4");
+  EXPECT_EQ(qwen().decode(ids), "\xEF\xBF\xBD");
+}
+
+TEST(TokenizerQwen, StreamDecoderNeverEmitsHalfACharacter) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
+  const std::string text =
+      "数据科学家说：\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 家族 "
+      "\xF0\x9F\x87\xAF\xF0\x9F\x87\xB5 東京 <|im_end|> 한국어 ok";
+  const auto ids = qwen().encode(text);
+  for (bool skip : {false, true}) {
+    StreamDecoder stream(qwen(), skip);
+    std::string all;
+    int split_chars = 0;
+    for (std::int32_t id : ids) {
+      const std::string chunk = stream.push(id);
+      EXPECT_TRUE(valid_utf8(chunk)) << "id " << id;
+      if (!valid_utf8(std::string(qwen().token_bytes(id)))) ++split_chars;
+      all += chunk;
+    }
+    all += stream.finish();
+    EXPECT_EQ(all, qwen().decode(ids, skip));
+    EXPECT_GT(split_chars, 0) << "the text should exercise tokens that split a character";
+  }
+  EXPECT_EQ(qwen().decode(ids), text);
+}
+
+TEST(TokenizerUtf8, StreamDecoderFlushesInvalidBytes) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
+  const auto e4 = *qwen().token_id("\xC3\xA4");  // byte E4, a 3-byte lead
+  const auto a = *qwen().token_id("a");
+  StreamDecoder stream(qwen());
+  EXPECT_EQ(stream.push(e4), "");
+  EXPECT_EQ(stream.push(a), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(stream.push(e4), "");
+  EXPECT_EQ(stream.finish(), "\xEF\xBF\xBD");
+}
+
+TEST(TokenizerQwen, EncodeIsThreadSafe) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
+  const auto cases = read_cases();
+  std::vector<std::thread> threads;
+  std::vector<int> failures(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 20; ++rep)
+        for (const json& c : cases)
+          if (qwen().encode(c["text"].get<std::string>()) != c["ids"].get<std::vector<std::int32_t>>()) ++failures[t];
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_THAT(failures, testing::Each(0));
+}
+
+TEST(TokenizerQwen, LongRunsUseTheHeapMergeAndAgreeWithShortOnes) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
+  // A 5000-letter word goes through the O(n log n) merge; it must decode back exactly, and
+  // a 40-letter word (small path) must match the prefix pattern of repeated merges.
+  const std::string long_word(5000, 'a');
+  const auto ids = qwen().encode(long_word);
+  EXPECT_EQ(qwen().decode(ids), long_word);
+  EXPECT_LT(ids.size(), 5000u / 2);
+  std::string mixed;
+  for (int i = 0; i < 300; ++i) mixed += "abracadabra";
+  EXPECT_EQ(qwen().decode(qwen().encode(mixed)), mixed);
+  const std::string spaces(100000, ' ');
+  EXPECT_EQ(qwen().decode(qwen().encode(spaces)), spaces);
+}
+
+}  // namespace
+}  // namespace sonde

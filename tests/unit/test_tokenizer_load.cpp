@@ -1,0 +1,220 @@
+// Tokenizer loading: both file layouts give the same ids, Dream's extra tokens, merges as pairs,
+// the #version header, bad files, and the synthetic tokenizer of make-model.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sonde/error.h"
+#include "sonde/tokenizer.h"
+#include "test_paths.h"
+
+namespace sonde {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+fs::path fixture_dir() { return test::shared_dir() / "fixtures/qwen2.5-tokenizer"; }
+
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+std::vector<std::string> case_texts() {
+  std::vector<std::string> texts;
+  std::ifstream in(fixture_dir() / "cases.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) texts.push_back(json::parse(line)["text"]);
+  return texts;
+}
+
+// Dream's layout, assembled from the fixture by symlinks (nothing copied).
+fs::path dream_dir(bool with_version_header) {
+  const fs::path dir = test::temp_dir();
+  fs::create_symlink(fixture_dir() / "vocab.json", dir / "vocab.json");
+  for (const char* f : {"tokenizer_config.json", "added_tokens.json", "special_tokens_map.json"})
+    fs::create_symlink(fixture_dir() / "dream" / f, dir / f);
+  if (!with_version_header) {
+    fs::create_symlink(fixture_dir() / "merges.txt", dir / "merges.txt");
+  } else {
+    std::ifstream in(fixture_dir() / "merges.txt", std::ios::binary);
+    std::ostringstream ss;
+    ss << "#version: 0.2\n" << in.rdbuf();
+    write(dir / "merges.txt", ss.str());
+  }
+  return dir;
+}
+
+TEST(TokenizerLoad, SlowLayoutGivesTheSameIdsAsTokenizerJson) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer/dream");
+  const Tokenizer fast = Tokenizer::load(fixture_dir());
+  for (bool header : {false, true}) {
+    const Tokenizer slow = Tokenizer::load(dream_dir(header));
+    for (const std::string& text : case_texts()) {
+      // Dream's own tokens are text to Qwen2.5 but tokens to Dream, so compare only elsewhere.
+      if (text.find("<|mask|>") != std::string::npos || text.find("<|beginoftext|>") != std::string::npos) continue;
+      EXPECT_EQ(slow.encode(text), fast.encode(text)) << text;
+    }
+    EXPECT_EQ(slow.vocab_size(), 151667u);
+    EXPECT_FALSE(slow.chat_template().empty());
+  }
+}
+
+TEST(TokenizerLoad, DreamHasBeginOfTextAndMask) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer/dream");
+  const Tokenizer dream = Tokenizer::load(dream_dir(false));
+  EXPECT_EQ(dream.token_id("<|beginoftext|>"), 151665);
+  EXPECT_EQ(dream.token_id("<|mask|>"), 151666);
+  EXPECT_TRUE(dream.is_special(151665));
+  EXPECT_TRUE(dream.is_special(151666));
+  EXPECT_FALSE(dream.is_special(151657));
+  EXPECT_THAT(dream.encode("a<|mask|><|mask|> b<|beginoftext|>"), testing::ElementsAre(64, 151666, 151666, 293, 151665));
+  const std::vector<std::int32_t> ids = {151665, 6023, 151666};
+  EXPECT_EQ(dream.decode(ids), "<|beginoftext|>hi<|mask|>");
+  EXPECT_EQ(dream.decode(ids, true), "hi");
+}
+
+TEST(TokenizerLoad, DreamTokensFromAddedTokensJsonAlone) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer/dream");
+  const fs::path dir = test::temp_dir();
+  fs::create_symlink(fixture_dir() / "vocab.json", dir / "vocab.json");
+  fs::create_symlink(fixture_dir() / "merges.txt", dir / "merges.txt");
+  fs::create_symlink(fixture_dir() / "dream/added_tokens.json", dir / "added_tokens.json");
+  fs::create_symlink(fixture_dir() / "dream/special_tokens_map.json", dir / "special_tokens_map.json");
+  const Tokenizer t = Tokenizer::load(dir);
+  EXPECT_EQ(t.token_id("<|mask|>"), 151666);
+  EXPECT_EQ(t.token_id("<|beginoftext|>"), 151665);
+  EXPECT_TRUE(t.is_special(151666));  // listed in special_tokens_map.json
+  EXPECT_TRUE(t.chat_template().empty());
+}
+
+// A hand-made byte-level tokenizer.json: bytes for a, b, c, space plus two merges.
+std::string tiny_json(const json& merges) {
+  json vocab = json::object();
+  // GPT-2 byte alphabet: printable bytes stand for themselves, the rest shift to U+0100...
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    const char32_t c = printable ? b : next++;
+    std::string utf8;
+    if (c < 0x80) utf8 = std::string(1, static_cast<char>(c));
+    else utf8 = {static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
+    vocab[utf8] = b;
+  }
+  vocab["ab"] = 256;
+  vocab["abc"] = 257;
+  vocab["Ġabc"] = 258;
+  json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+            {"added_tokens", json::array({{{"id", 259}, {"content", "<s>"}, {"special", true}}})},
+            {"normalizer", {{"type", "NFC"}}},
+            {"pre_tokenizer",
+             {{"type", "Sequence"},
+              {"pretokenizers",
+               json::array({{{"type", "Split"}, {"pattern", {{"Regex", R"( ?\p{L}+|\s+|.)"}}}, {"behavior", "Isolated"}, {"invert", false}},
+                            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}}};
+  return j.dump();
+}
+
+TEST(TokenizerLoad, MergesAsStringsOrPairsAreTheSame) {
+  const Tokenizer strings = Tokenizer::from_json(tiny_json(json::array({"a b", "ab c", "Ġ abc"})));
+  const Tokenizer pairs = Tokenizer::from_json(tiny_json(json::array({json::array({"a", "b"}), json::array({"ab", "c"}),
+                                                                     json::array({"Ġ", "abc"})})));
+  for (const Tokenizer* t : {&strings, &pairs}) {
+    EXPECT_THAT(t->encode("abc abc<s>ab ba"), testing::ElementsAre(257, 258, 259, 256, 32, 98, 97));
+    EXPECT_EQ(t->vocab_size(), 260u);
+  }
+}
+
+TEST(TokenizerLoad, MergeRankDecidesTheOrder) {
+  // With "b c" ranked first, "abc" cannot become "ab"+"c": it ends as a, bc.
+  json merges = json::array({"b c", "a b", "ab c"});
+  std::string text = tiny_json(merges);
+  json j = json::parse(text);
+  j["model"]["vocab"]["bc"] = 260;
+  const Tokenizer t = Tokenizer::from_json(j.dump());
+  EXPECT_THAT(t.encode("abc"), testing::ElementsAre(97, 260));
+}
+
+void expect_bad_input(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning " << needle;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+    EXPECT_THAT(e.what(), testing::HasSubstr(needle));
+  }
+}
+
+TEST(TokenizerLoad, BadFilesAreBadInputNamingTheProblem) {
+  const fs::path dir = test::temp_dir();
+  expect_bad_input([&] { Tokenizer::load(dir); }, dir.string());
+  EXPECT_FALSE(Tokenizer::available(dir));
+  write(dir / "tokenizer.json", "{\"model\": {\"vocab\": ");
+  EXPECT_TRUE(Tokenizer::available(dir));
+  expect_bad_input([&] { Tokenizer::load(dir); }, "tokenizer.json");
+  expect_bad_input([] { Tokenizer::from_json(tiny_json(json::array({"a q"}))); }, "merge 0 ('a q')");
+  expect_bad_input([] { Tokenizer::from_json(tiny_json(json::array({"a b c"}))); }, "merge 0 'a b c'");
+  expect_bad_input([] { Tokenizer::from_json(R"({"model": {"type": "WordPiece", "vocab": {}}})"); }, "WordPiece");
+  std::string no_pre = tiny_json(json::array());
+  json j = json::parse(no_pre);
+  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  expect_bad_input([&] { Tokenizer::from_json(j.dump()); }, "Whitespace");
+  j = json::parse(no_pre);
+  j["model"]["vocab"].erase("a");
+  expect_bad_input([&] { Tokenizer::from_json(j.dump()); }, "byte 0x61");
+}
+
+TEST(TokenizerLoad, MalformedMergesTxtNamesTheLine) {
+  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
+  const fs::path dir = test::temp_dir();
+  fs::create_symlink(fixture_dir() / "vocab.json", dir / "vocab.json");
+  write(dir / "merges.txt", "#version: 0.2\nĠ t\nthree parts here\n");
+  expect_bad_input([&] { Tokenizer::load(dir); }, "line 3");
+}
+
+TEST(SyntheticTokenizer, LoadsRoundTripsAndHasTheSpecials) {
+  const std::vector<std::pair<std::string, std::int32_t>> specials = {
+      {"<|endoftext|>", 509}, {"<|im_start|>", 510}, {"<|im_end|>", 511}};
+  const std::string text = make_synthetic_tokenizer_json(512, specials, 7);
+  EXPECT_EQ(text, make_synthetic_tokenizer_json(512, specials, 7));
+  const Tokenizer t = Tokenizer::from_json(text, "synthetic");
+  EXPECT_EQ(t.vocab_size(), 512u);
+  EXPECT_EQ(t.token_id("<|im_end|>"), 511);
+  EXPECT_TRUE(t.is_special(509));
+  EXPECT_FALSE(t.is_special(300));
+  const std::string sample = "<|im_start|>user\nThe model reads tokens: def f(x): return x + 1 日本語 😀<|im_end|>";
+  const auto ids = t.encode(sample);
+  EXPECT_EQ(t.decode(ids), sample);
+  EXPECT_EQ(ids.front(), 510);
+  EXPECT_EQ(ids.back(), 511);
+  for (auto id : ids) EXPECT_LT(id, 512);
+  // Training merged frequent English: " the" is shorter than its 4 bytes.
+  EXPECT_LT(t.encode(" the model").size(), 10u);
+  const json j = json::parse(text);
+  EXPECT_EQ(j["normalizer"]["type"], "NFC");
+  EXPECT_EQ(j["model"]["vocab"].size(), 509u);
+  EXPECT_NE(make_synthetic_tokenizer_json(512, specials, 8), text);
+}
+
+TEST(SyntheticTokenizer, LargeVocabularyUsesFillerMerges) {
+  const std::string text = make_synthetic_tokenizer_json(4096, {{"<|endoftext|>", 4000}, {"<|mask|>", 4095}}, 1);
+  const Tokenizer t = Tokenizer::from_json(text, "synthetic");
+  EXPECT_EQ(t.vocab_size(), 4096u);
+  EXPECT_EQ(t.token_id("<|mask|>"), 4095);
+  EXPECT_EQ(t.token_bytes(4050), "");  // between the specials: unused
+  const std::string sample = "filler merges keep any text decodable: 12345 ÄÖÜ";
+  EXPECT_EQ(t.decode(t.encode(sample)), sample);
+}
+
+TEST(SyntheticTokenizer, RejectsSpecialsThatDoNotFit) {
+  expect_bad_input([] { make_synthetic_tokenizer_json(512, {{"<a>", 512}}, 0); }, "id 512");
+  expect_bad_input([] { make_synthetic_tokenizer_json(512, {{"<a>", 100}}, 0); }, "lowest special id is 100");
+  expect_bad_input([] { make_synthetic_tokenizer_json(512, {{"<a>", 510}, {"<b>", 510}}, 0); }, "repeated");
+}
+
+}  // namespace
+}  // namespace sonde
