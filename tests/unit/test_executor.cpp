@@ -1,0 +1,140 @@
+// The executor in isolation: backends are GoogleMock doubles, so these tests see exactly which
+// nodes are run where. (The real backends are tested in backend_ops and the model tests.)
+#include <sonde/error.h>
+#include <sonde/executor.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace {
+
+using ::testing::_;
+using ::testing::HasSubstr;
+using ::testing::NiceMock;
+using ::testing::Return;
+
+class MockBackend : public sonde::Backend {
+ public:
+  MOCK_METHOD(void, init, (const sonde::BackendOptions&), (override));
+  MOCK_METHOD(sonde::BackendInfo, info, (), (const, override));
+  MOCK_METHOD(bool, supports, (const sonde::Node&, std::span<const sonde::DType>), (const, override));
+  MOCK_METHOD(sonde::TensorView, upload, (const std::string&, const sonde::TensorView&, sonde::Split), (override));
+  MOCK_METHOD(sonde::TensorView, weight, (const std::string&), (const, override));
+  MOCK_METHOD(void, run, (const sonde::Node&, std::span<const sonde::TensorView>, const sonde::TensorView&), (override));
+};
+
+// x -> a = x + x -> b = silu_mul(a, a) -> output "out"
+sonde::Graph chain() {
+  sonde::GraphBuilder b([](const std::string& n) -> sonde::TensorView { sonde::runtime_error("no weight {}", n); });
+  auto x = b.input("x", sonde::DType::f32, sonde::Shape{1, 3});
+  auto a = b.name(b.add(x, x), "a");
+  auto c = b.name(b.silu_mul(a, a), "b");
+  b.output("out", c);
+  return b.finish();
+}
+
+bool is(const sonde::Node& n, sonde::OpKind k) { return n.op == k; }
+
+struct Fixture : ::testing::Test {
+  NiceMock<MockBackend> primary, reference;
+  std::vector<float> x{1, 2, 3};
+  std::map<std::string, sonde::TensorView> feeds{{"x", sonde::TensorView(x.data(), sonde::DType::f32, sonde::Shape{1, 3})}};
+  void SetUp() override {
+    ON_CALL(primary, info()).WillByDefault(Return(sonde::BackendInfo{"mock", "", 1}));
+    ON_CALL(reference, info()).WillByDefault(Return(sonde::BackendInfo{"reference", "", 1}));
+    ON_CALL(reference, supports(_, _)).WillByDefault(Return(true));
+  }
+};
+
+TEST_F(Fixture, RunsOnlyWhatTapsNeedWhenNoOutputIsWanted) {
+  ON_CALL(primary, supports(_, _)).WillByDefault(Return(true));
+  const auto g = chain();
+  sonde::Executor ex(primary, reference);
+  const auto plan = ex.plan(g, {}, [](const std::string& h) { return h == "a"; });
+  EXPECT_CALL(primary, run(::testing::Truly([](const sonde::Node& n) { return is(n, sonde::OpKind::Add); }), _, _)).Times(1);
+  EXPECT_CALL(primary, run(::testing::Truly([](const sonde::Node& n) { return is(n, sonde::OpKind::SiluMul); }), _, _)).Times(0);
+  int taps = 0;
+  ex.run(plan, feeds, [&](const std::string& h, const sonde::TensorView&) {
+    EXPECT_EQ(h, "a");
+    ++taps;
+  });
+  EXPECT_EQ(taps, 1);
+}
+
+TEST_F(Fixture, UnsupportedOpsFallBackToReferenceAndAreNoted) {
+  ON_CALL(primary, supports(_, _)).WillByDefault([](const sonde::Node& n, std::span<const sonde::DType>) {
+    return n.op == sonde::OpKind::Add;
+  });
+  const auto g = chain();
+  sonde::Executor ex(primary, reference);
+  const auto plan = ex.plan(g, {"out"}, nullptr);
+  ASSERT_EQ(plan.fallbacks.size(), 1u);
+  EXPECT_EQ(plan.fallbacks[0], "SiluMul -> reference");
+  EXPECT_CALL(primary, run(_, _, _)).Times(1);
+  // The reference double writes a known value so we can see it arrive in the output.
+  EXPECT_CALL(reference, run(_, _, _)).WillOnce([](const sonde::Node&, std::span<const sonde::TensorView>, const sonde::TensorView& out) {
+    for (int i = 0; i < 3; ++i) out.as<float>()[i] = 40.0f + static_cast<float>(i);
+  });
+  const auto out = ex.run(plan, feeds, nullptr);
+  const float* v = out.at("out").data<float>();
+  EXPECT_EQ(v[0], 40.0f);
+  EXPECT_EQ(v[2], 42.0f);
+}
+
+TEST_F(Fixture, TapsSeeTheValueTheBackendWrote) {
+  ON_CALL(primary, supports(_, _)).WillByDefault(Return(true));
+  ON_CALL(primary, run(_, _, _)).WillByDefault([](const sonde::Node& n, std::span<const sonde::TensorView> in, const sonde::TensorView& out) {
+    for (int i = 0; i < 3; ++i) out.as<float>()[i] = in[0].as<float>()[i] * 10.0f + (n.op == sonde::OpKind::Add ? 0.5f : 0.25f);
+  });
+  const auto g = chain();
+  sonde::Executor ex(primary, reference);
+  const auto plan = ex.plan(g, {"out"}, [](const std::string& h) { return h == "a" || h == "b"; });
+  std::map<std::string, std::vector<float>> seen;
+  ex.run(plan, feeds, [&](const std::string& h, const sonde::TensorView& v) { seen[h].assign(v.as<float>(), v.as<float>() + 3); });
+  EXPECT_EQ(seen["a"], (std::vector<float>{10.5f, 20.5f, 30.5f}));
+  EXPECT_EQ(seen["b"], (std::vector<float>{105.25f, 205.25f, 305.25f}));
+}
+
+TEST_F(Fixture, MissingOrMisshapenFeedIsAnError) {
+  ON_CALL(primary, supports(_, _)).WillByDefault(Return(true));
+  const auto g = chain();
+  sonde::Executor ex(primary, reference);
+  const auto plan = ex.plan(g, {"out"}, nullptr);
+  EXPECT_THROW(ex.run(plan, {}, nullptr), sonde::Error);
+  std::vector<float> y{1, 2};
+  try {
+    ex.run(plan, {{"x", sonde::TensorView(y.data(), sonde::DType::f32, sonde::Shape{1, 2})}}, nullptr);
+    FAIL() << "expected an error";
+  } catch (const sonde::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("fed f32 [1, 2], expected f32 [1, 3]"));
+  }
+}
+
+TEST_F(Fixture, NoBackendForANodeIsAnError) {
+  ON_CALL(primary, supports(_, _)).WillByDefault(Return(false));
+  ON_CALL(reference, supports(_, _)).WillByDefault(Return(false));
+  const auto g = chain();
+  sonde::Executor ex(primary, reference);
+  EXPECT_THROW(ex.plan(g, {"out"}, nullptr), sonde::Error);
+}
+
+TEST(GraphBuilder, InfersShapesAndRejectsMismatches) {
+  std::vector<float> w(12 * 4), bias(12);
+  sonde::GraphBuilder b([&](const std::string& n) {
+    if (n == "w") return sonde::TensorView(w.data(), sonde::DType::f32, sonde::Shape{12, 4});
+    return sonde::TensorView(bias.data(), sonde::DType::f32, sonde::Shape{12});
+  });
+  auto x = b.input("x", sonde::DType::f32, sonde::Shape{2, 5, 4});
+  auto y = b.linear(x, b.weight("w"), b.weight("bias"));
+  EXPECT_EQ(b.shape(y), (sonde::Shape{2, 5, 12}));
+  auto heads = b.reshape(y, sonde::Shape{2, 5, 3, 4});
+  EXPECT_EQ(b.shape(heads), (sonde::Shape{2, 5, 3, 4}));
+  EXPECT_THROW(b.linear(y, b.weight("w")), sonde::Error);            // K = 12 vs weight's 4
+  EXPECT_THROW(b.reshape(y, sonde::Shape{2, 5, 5}), sonde::Error);   // 120 vs 50 elements
+  b.name(y, "proj");
+  EXPECT_THROW(b.name(x, "proj"), sonde::Error);                     // names are unique
+  auto g = b.finish();
+  EXPECT_EQ(g.find("proj"), std::optional<int>(y.id));
+}
+
+}  // namespace
