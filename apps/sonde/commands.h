@@ -15,5 +15,6 @@ int cmd_forward(const Args& args);
 int cmd_plugins(const Args& args);
 int cmd_demo(const Args& args);
 int cmd_tokenize(const Args& args);
+int cmd_generate(const Args& args);
 
 }  // namespace sonde::cli

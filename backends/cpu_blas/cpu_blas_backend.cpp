@@ -58,6 +58,7 @@ void CpuBlasBackend::run(const Node& node, std::span<const TensorView> inputs, c
     case OpKind::Attention: return attention(node, in, out);
     case OpKind::Add: return add(node, in, out);
     case OpKind::SiluMul: return silu_mul(node, in, out);
+    case OpKind::Concat: return concat(node, in, out);
     default: ops::fail(node, "cpu-blas does not run this op");
   }
 }

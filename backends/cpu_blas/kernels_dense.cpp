@@ -82,3 +82,21 @@ void silu_mul(const Node& n, ops::Inputs in, const TensorView& out) {
 }
 
 }  // namespace sonde::cpu_blas
+
+namespace sonde::cpu_blas {
+
+// out[b] = a[b] followed by b[b], one memcpy per block.
+void concat(const Node& n, ops::Inputs in, const TensorView& out) {
+  const auto blk = ops::check_concat(n, in, out);
+  const std::size_t es = dtype_size(out.dtype);
+  auto* y = static_cast<std::byte*>(out.data);
+  for (std::int64_t o = 0; o < blk.outer; ++o) {
+    const auto na = static_cast<std::size_t>(blk.a_block) * es, nb = static_cast<std::size_t>(blk.b_block) * es;
+    if (na) std::memcpy(y, static_cast<const std::byte*>(in[0].data) + static_cast<std::size_t>(o) * na, na);
+    y += na;
+    if (nb) std::memcpy(y, static_cast<const std::byte*>(in[1].data) + static_cast<std::size_t>(o) * nb, nb);
+    y += nb;
+  }
+}
+
+}  // namespace sonde::cpu_blas

@@ -67,3 +67,20 @@ void silu_mul(const Node& n, ops::Inputs in, const TensorView& out) {
 }
 
 }  // namespace sonde::reference
+
+namespace sonde::reference {
+
+// out[b] = a[b] followed by b[b]: row blocks copied as bytes (any dtype, no rounding).
+void concat(const Node& n, ops::Inputs in, const TensorView& out) {
+  const auto blk = ops::check_concat(n, in, out);
+  const std::size_t es = dtype_size(out.dtype);
+  auto* y = static_cast<std::byte*>(out.data);
+  const auto* a = static_cast<const std::byte*>(in[0].data);
+  const auto* b = static_cast<const std::byte*>(in[1].data);
+  for (std::int64_t o = 0; o < blk.outer; ++o) {
+    for (std::int64_t i = 0; i < blk.a_block * static_cast<std::int64_t>(es); ++i) *y++ = a[o * blk.a_block * static_cast<std::int64_t>(es) + i];
+    for (std::int64_t i = 0; i < blk.b_block * static_cast<std::int64_t>(es); ++i) *y++ = b[o * blk.b_block * static_cast<std::int64_t>(es) + i];
+  }
+}
+
+}  // namespace sonde::reference

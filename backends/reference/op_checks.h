@@ -150,6 +150,25 @@ inline std::int64_t check_binary(const Node& n, Inputs in, const TensorView& out
   return in[0].numel();
 }
 
+// Concat along dim 1: returns {outer = B, a_block = P*inner, b_block = T*inner} in elements.
+struct ConcatBlocks {
+  std::int64_t outer, a_block, b_block;
+};
+inline ConcatBlocks check_concat(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 2, 2);
+  const Shape& a = in[0].shape;
+  const Shape& b = in[1].shape;
+  bool ok = a.rank == b.rank && a.rank >= 2 && in[0].dtype == in[1].dtype && out.dtype == in[0].dtype;
+  for (int i = 0; ok && i < a.rank; ++i) ok = i == 1 || a[i] == b[i];
+  if (!ok) fail(n, "concat needs equal dtypes and shapes except dim 1: {} and {}", a.str(), b.str());
+  Shape o = a;
+  o[1] = a[1] + b[1];
+  expect_out(n, out, o, in[0].dtype);
+  std::int64_t inner = 1;
+  for (int i = 2; i < a.rank; ++i) inner *= a[i];
+  return {a[0], a[1] * inner, b[1] * inner};
+}
+
 // Key slot u is visible to query t (at key slot qs = t + S - T) iff causal order allows it and
 // both slots are real tokens: Dream's pairwise mask m[q] & m[k], Qwen2's key mask plus u <= qs.
 inline bool allowed(bool causal, const std::uint8_t* mask, std::int64_t qs, std::int64_t u) {
@@ -172,6 +191,7 @@ inline bool supports_with(const Node& n, std::span<const DType> t, bool (*float_
       return (t.size() == 3 || t.size() == 4) && fl(0) && fl(1) && fl(2) && (t.size() == 3 || t[3] == DType::u8) && f32_out;
     case OpKind::Add:
     case OpKind::SiluMul: return t.size() == 2 && fl(0) && fl(1) && f32_out;
+    case OpKind::Concat: return t.size() == 2 && t[0] == t[1] && n.dtype == t[0];
     default: return false;
   }
 }

@@ -37,6 +37,7 @@ void ReferenceBackend::run(const Node& node, std::span<const TensorView> inputs,
     case OpKind::Attention: return attention(node, in, out);
     case OpKind::Add: return add(node, in, out);
     case OpKind::SiluMul: return silu_mul(node, in, out);
+    case OpKind::Concat: return concat(node, in, out);
     default: ops::fail(node, "the reference backend does not run this op");
   }
 }

@@ -15,6 +15,7 @@ std::string_view op_name(OpKind op) {
     case OpKind::Attention: return "Attention";
     case OpKind::Add: return "Add";
     case OpKind::SiluMul: return "SiluMul";
+    case OpKind::Concat: return "Concat";
     case OpKind::Count: break;
   }
   return "?";
@@ -156,6 +157,19 @@ GraphBuilder::Ref GraphBuilder::add(Ref a, Ref b) {
 GraphBuilder::Ref GraphBuilder::silu_mul(Ref gate, Ref up) {
   if (shape(gate) != shape(up)) shape_error(OpKind::SiluMul, "shapes differ", shape(gate), shape(up));
   return push(make(OpKind::SiluMul, {gate.id, up.id}, shape(gate)));
+}
+
+GraphBuilder::Ref GraphBuilder::concat1(Ref a, Ref b) {
+  const Shape& as = shape(a);
+  const Shape& bs = shape(b);
+  bool same = as.rank == bs.rank && as.rank >= 2 && node(a).dtype == node(b).dtype;
+  for (int i = 0; same && i < as.rank; ++i) same = i == 1 || as[i] == bs[i];
+  if (!same) shape_error(OpKind::Concat, "expects equal dtypes and shapes except dim 1", as, bs);
+  Shape out = as;
+  out[1] = as[1] + bs[1];
+  Node n = make(OpKind::Concat, {a.id, b.id}, out);
+  n.dtype = node(a).dtype;
+  return push(std::move(n));
 }
 
 GraphBuilder::Ref GraphBuilder::name(Ref r, const std::string& n) {

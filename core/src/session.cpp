@@ -30,17 +30,25 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
   return s;
 }
 
-Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set<std::string>& taps,
-                        const Executor::Tap& tap) {
+void Session::check_ids(const ForwardInput& in) const {
   const std::int64_t n = in.batch * in.tokens;
   if (in.tokens <= 0 || in.batch <= 0) bad_input("forward: empty input ({} rows of {} tokens)", in.batch, in.tokens);
   if (static_cast<std::int64_t>(in.ids.size()) != n)
     runtime_error("forward: {} ids for a batch of {} x {}", in.ids.size(), in.batch, in.tokens);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto id = in.ids[static_cast<std::size_t>(i)];
-    if (id < 0 || id >= config_.vocab_size)
-      bad_input("token id {} at position {} is outside the vocabulary [0, {})", id, i % in.tokens, config_.vocab_size);
-  }
+  check_ids(in.ids);
+}
+
+void Session::check_ids(const std::vector<std::int32_t>& ids) const {
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size)
+      bad_input("token id {} at position {} is outside the vocabulary [0, {}) of {}", ids[i], i, config_.vocab_size,
+                (dir_ / "config.json").string());
+}
+
+Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set<std::string>& taps,
+                        const Executor::Tap& tap) {
+  const std::int64_t n = in.batch * in.tokens;
+  check_ids(in);
   std::vector<std::int32_t> positions = in.positions;
   if (positions.empty()) {
     positions.resize(static_cast<std::size_t>(n));

@@ -17,7 +17,7 @@ struct Inputs {
 // q, k, v: x W^T + b, heads kept separate; RoPE on q and k only; attention over all heads;
 // o_proj without bias.
 Ref attention_block(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b, const Inputs& in,
-                    const std::string& p, const std::string& w, Ref h) {
+                    const std::string& p, const std::string& w, const std::string& layer, Ref h) {
   const std::int64_t B = bs.batch, T = bs.tokens, d = s.head_dim;
   auto project = [&](const char* proj, std::int64_t heads, const char* hook) {
     Ref y = b.linear(h, b.weight(w + "self_attn." + proj + ".weight"), b.weight(w + "self_attn." + proj + ".bias"));
@@ -28,7 +28,13 @@ Ref attention_block(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b,
   Ref v = project("v_proj", s.kv_heads, "attn.hook_v");
   Ref rq = b.name(b.rope(q, in.positions, s.rope_theta), p + "attn.hook_rot_q");
   Ref rk = b.name(b.rope(k, in.positions, s.rope_theta), p + "attn.hook_rot_k");
-  Ref z = b.name(b.attention(rq, rk, v, in.mask, s.causal), p + "attn.hook_z");
+  Ref keys = rk, values = v;
+  if (bs.past_tokens > 0) {  // KV cache: earlier slots' keys first, then this call's
+    const Shape past{B, bs.past_tokens, s.kv_heads, d};
+    keys = b.concat1(b.input("past_k." + layer, DType::f32, past), rk);
+    values = b.concat1(b.input("past_v." + layer, DType::f32, past), v);
+  }
+  Ref z = b.name(b.attention(rq, keys, values, in.mask, s.causal), p + "attn.hook_z");
   Ref zf = b.reshape(z, Shape{B, T, s.heads * d});
   return b.name(b.linear(zf, b.weight(w + "self_attn.o_proj.weight")), p + "hook_attn_out");
 }
@@ -45,7 +51,7 @@ Ref decoder_layer(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b, c
   const std::string p = fmt::format("blocks.{}.", i), w = fmt::format("model.layers.{}.", i);
   b.name(x, p + "hook_resid_pre");
   Ref h = b.name(b.rms_norm(x, b.weight(w + "input_layernorm.weight"), s.rms_eps), p + "ln1.hook_out");
-  Ref mid = b.name(b.add(x, attention_block(s, bs, b, in, p, w, h)), p + "hook_resid_mid");
+  Ref mid = b.name(b.add(x, attention_block(s, bs, b, in, p, w, std::to_string(i), h)), p + "hook_resid_mid");
   Ref h2 = b.name(b.rms_norm(mid, b.weight(w + "post_attention_layernorm.weight"), s.rms_eps), p + "ln2.hook_out");
   return b.name(b.add(mid, mlp_block(b, p, w, h2)), p + "hook_resid_post");
 }
@@ -55,7 +61,7 @@ Ref decoder_layer(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b, c
 void build_decoder(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b) {
   const Shape bt{bs.batch, bs.tokens};
   Inputs in{b.input("ids", DType::i32, bt), b.input("positions", DType::i32, bt), std::nullopt};
-  if (bs.has_mask) in.mask = b.input("mask", DType::u8, bt);
+  if (bs.has_mask) in.mask = b.input("mask", DType::u8, Shape{bs.batch, bs.past_tokens + bs.tokens});
 
   Ref x = b.name(b.embedding(b.weight("model.embed_tokens.weight"), in.ids), "hook_embed");
   for (std::int64_t i = 0; i < s.layers; ++i) x = decoder_layer(s, bs, b, in, i, x);

@@ -133,6 +133,16 @@ TEST_P(BackendOps, AddAndSiluMul) {
     }
 }
 
+// KV-cache concat along dim 1, including an empty past (P = 0) and a one-row step (T = 1).
+TEST_P(BackendOps, Concat) {
+  for (std::int64_t P : {0, 1, 9})
+    for (std::int64_t T : {1, 5}) {
+      SCOPED_TRACE("P=" + std::to_string(P) + " T=" + std::to_string(T));
+      compare(make_node(OpKind::Concat, Shape{3, P + T, 2, 16}),
+              {{random_tensor(DType::f32, Shape{3, P, 2, 16}, 25)}, {random_tensor(DType::f32, Shape{3, T, 2, 16}, 26)}});
+    }
+}
+
 // The same node on the same inputs gives bit-identical output.
 TEST_P(BackendOps, Deterministic) {
   Node attn = make_node(OpKind::Attention, Shape{2, 7, 6, 16});

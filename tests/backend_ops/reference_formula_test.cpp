@@ -145,6 +145,14 @@ TEST_F(ReferenceFormula, SiluMulAndAdd) {
   EXPECT_EQ(a, (std::vector<float>{1.5f, -2}));
 }
 
+// [2,1,2] ++ [2,2,2] along dim 1: per batch row, a's rows then b's rows.
+TEST_F(ReferenceFormula, ConcatAlongDimOne) {
+  const auto y = run(make_node(OpKind::Concat, Shape{2, 3, 2}),
+                     {{floats(DType::f32, Shape{2, 1, 2}, {1, 2, 3, 4})},
+                      {floats(DType::f32, Shape{2, 2, 2}, {10, 11, 12, 13, 20, 21, 22, 23})}});
+  EXPECT_EQ(y, (std::vector<float>{1, 2, 10, 11, 12, 13, 3, 4, 20, 21, 22, 23}));
+}
+
 TEST_F(ReferenceFormula, EmbeddingPicksRowsAndRejectsBadIds) {
   const Node n = make_node(OpKind::Embedding, Shape{1, 2, 2}, "embed");
   const Tensor table = floats(DType::bf16, Shape{3, 2}, {1, 2, 3, 4, 5, 6});

@@ -25,6 +25,7 @@ enum class OpKind : std::uint8_t {
   Attention,  // (q[B,T,nh,d], k[B,S,nkv,d], v[B,S,nkv,d] [, mask[B,S] u8]) -> [B,T,nh,d]
   Add,        // (a, b) -> a + b, same shapes
   SiluMul,    // (g, u) -> silu(g) * u
+  Concat,     // (a[B,P,...], b[B,T,...]) -> [B,P+T,...] along dim 1 (KV cache: past then new keys)
   Count
 };
 
@@ -73,6 +74,7 @@ class GraphBuilder {
   Ref attention(Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal);
   Ref add(Ref a, Ref b);
   Ref silu_mul(Ref gate, Ref up);
+  Ref concat1(Ref a, Ref b);  // along dim 1; all other dims equal
 
   // Names the intermediate where it is built: b.name(x, "blocks.3.hook_resid_post").
   Ref name(Ref r, const std::string& name);

@@ -38,11 +38,15 @@ struct WeightSpec {
 
 // The graph's inputs, all [B, T]: "ids" (i32), "positions" (i32), and "mask" (u8, 1 = real
 // token) when has_mask. Logits are built only when need_logits.
+// KV cache (autoregressive): with past_tokens P > 0 the graph also reads, per layer i,
+// "past_k.{i}" and "past_v.{i}" [B, P, nkv, d] f32 (post-RoPE K and V of earlier slots), and the
+// mask covers every key: [B, P + T].
 struct BatchShape {
   std::int64_t batch = 1;
   std::int64_t tokens = 0;
   bool has_mask = false;
   bool need_logits = true;
+  std::int64_t past_tokens = 0;
 };
 
 class ModelPlugin : public Plugin {

@@ -28,6 +28,13 @@ struct ForwardInput {
   std::vector<std::uint8_t> mask;       // [B*T]; empty: all ones
 };
 
+// The autoregressive KV cache (model-spec §1.3): post-RoPE K and V of every layer, each
+// [B, capacity, nkv, d] f32, allocated once per sequence batch. Slots [0, filled) are valid.
+struct KvCache {
+  std::int64_t batch = 0, capacity = 0, filled = 0;
+  std::vector<Tensor> k, v;  // per layer
+};
+
 class Session {
  public:
   static std::unique_ptr<Session> open(const SessionOptions& options);
@@ -40,12 +47,22 @@ class Session {
   const WeightSource& weights() const { return *weights_; }
   const std::filesystem::path& model_dir() const { return dir_; }
 
+  // BadInput naming the first id outside [0, vocab_size) and its position.
+  void check_ids(const std::vector<std::int32_t>& ids) const;
+
   // Runs one forward pass. Hooks named in `taps` are delivered to `tap` as [B, T, *row_shape].
   // Returns logits [B, T, V] f32 when need_logits, else an empty tensor.
   Tensor forward(const ForwardInput& in, bool need_logits, const std::set<std::string>& taps,
                  const Executor::Tap& tap);
 
+  KvCache new_kv_cache(std::int64_t batch, std::int64_t capacity) const;
+  // A forward over in.tokens new slots per row that follow the cache's `filled` slots: keys of
+  // earlier slots are read from the cache (no recomputation), and this call's K and V are
+  // appended. in.mask, when given, covers every key: [B, filled + T]. Returns logits [B, T, V].
+  Tensor forward_cached(const ForwardInput& in, KvCache& cache);
+
  private:
+  void check_ids(const ForwardInput& in) const;
   Session() = default;
   std::filesystem::path dir_;
   ModelConfig config_;

@@ -1,0 +1,202 @@
+// sonde generate: autoregressive decoding (Qwen2) or Dream's diffusion_generate, on one or
+// several prompts (design §6). Text streams to the terminal as it is made; --json prints one
+// object per prompt instead.
+#include "app_common.h"
+#include "commands.h"
+
+#include <sonde/chat.h>
+#include <sonde/decode.h>
+#include <sonde/error.h>
+#include <sonde/session_decode.h>
+#include <sonde/tokenizer.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <iostream>
+#include <optional>
+
+namespace sonde::cli {
+namespace {
+
+struct GenerateOptions {
+  CommonOptions common;
+  std::vector<std::string> ids, stop;
+  std::string prompt, alg, hooks, out;
+  bool chat = false, json = false, history = false, no_cache = false;
+  std::int64_t max_new_tokens = 0, steps = 0, top_k = 0;
+  double temperature = 0, top_p = 1, alg_temp = 0, eps = 1e-3, repetition_penalty = 1;
+  std::uint64_t seed = 0;
+};
+
+template <typename T>
+std::optional<T> flag(const po::variables_map& vm, const char* name) {
+  return vm.count(name) ? std::optional<T>(vm[name].as<T>()) : std::nullopt;
+}
+
+std::vector<std::vector<std::int32_t>> read_prompts(const GenerateOptions& o, const po::variables_map& vm,
+                                                    const ModelConfig& cfg, const std::optional<Tokenizer>& tok) {
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (const auto& text : o.ids) prompts.push_back(parse_id_list(text, "--ids"));
+  if (vm.count("prompt")) {
+    if (!tok) bad_input("--prompt: {} has no tokenizer; give token ids with --ids", cfg.dir.string());
+    std::string text = o.prompt;
+    if (o.chat) text = apply_chat_template({{"user", o.prompt}}, tok->chat_template(), true);
+    prompts.push_back(tok->encode(text));
+    if (prompts.back().empty()) bad_input("--prompt: the prompt is empty (it encodes to no tokens)");
+  }
+  for (std::size_t r = 0; r < prompts.size(); ++r)
+    for (auto id : prompts[r])
+      if (id >= cfg.vocab_size) bad_input("prompt {}: token id {} is outside the vocabulary [0, {})", r, id, cfg.vocab_size);
+  return prompts;
+}
+
+// Text of a completion; Dream's is cut at the first <|endoftext|> or <|dlm_pad|> (model-spec §3.5).
+std::optional<std::string> completion_text(const std::optional<Tokenizer>& tok, std::vector<std::int32_t> ids, bool cut) {
+  if (!tok) return std::nullopt;
+  if (cut)
+    for (const char* end : {"<|endoftext|>", "<|dlm_pad|>"})
+      if (auto id = tok->token_id(end))
+        if (auto it = std::find(ids.begin(), ids.end(), *id); it != ids.end()) ids.erase(it, ids.end());
+  return tok->decode(ids, false);
+}
+
+void print_json(const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& completion,
+                const std::optional<std::string>& text, const std::string& finish, const nlohmann::json* history) {
+  nlohmann::json j{{"prompt_ids", prompt}, {"completion_ids", completion}, {"finish_reason", finish}};
+  j["completion"] = text ? nlohmann::json(*text) : nlohmann::json(nullptr);
+  if (history) j["history"] = *history;
+  std::cout << j.dump() << "\n";
+}
+
+int run_autoregressive(Session& s, const GenerateOptions& o, const po::variables_map& vm,
+                       const std::vector<std::vector<std::int32_t>>& prompts, const std::optional<Tokenizer>& tok) {
+  const auto& gen = s.config().generation;
+  ArOptions a;
+  a.max_new_tokens = o.max_new_tokens;
+  a.sampling.do_sample = gen.do_sample;
+  if (auto t = flag<double>(vm, "temperature")) a.sampling.do_sample = *t > 0;
+  a.sampling.temperature = flag<double>(vm, "temperature").value_or(gen.temperature.value_or(1.0));
+  if (a.sampling.temperature <= 0) a.sampling.temperature = 1.0;  // greedy ignores it
+  a.sampling.top_k = flag<std::int64_t>(vm, "top-k").value_or(gen.top_k.value_or(0));
+  a.sampling.top_p = flag<double>(vm, "top-p").value_or(gen.top_p.value_or(1.0));
+  a.sampling.repetition_penalty = flag<double>(vm, "repetition-penalty").value_or(gen.repetition_penalty.value_or(1.0));
+  for (std::size_t r = 0; r < prompts.size(); ++r) a.seeds.push_back(o.seed + r);  // request r: seed + r
+  a.eos_ids = gen.eos_token_ids.empty() ? s.config().eos_token_ids : gen.eos_token_ids;
+  a.pad_id = static_cast<std::int32_t>(gen.pad_token_id.value_or(a.eos_ids.empty() ? 0 : a.eos_ids[0]));
+  a.stop_strings = o.stop;
+  a.use_cache = !o.no_cache;
+  if (tok) a.detokenize = [&](const std::vector<std::int32_t>& ids) { return tok->decode(ids, false); };
+  if (!o.stop.empty() && !tok) bad_input("--stop: {} has no tokenizer to turn tokens into text", s.config().dir.string());
+
+  std::optional<StreamDecoder> stream;
+  const bool streaming = !o.json && prompts.size() == 1 && tok;
+  if (streaming) stream.emplace(*tok, false);
+  SessionDecodeForward fwd(s);
+  const auto out = generate_autoregressive(fwd, prompts, a, [&](const ArStep& st) {
+    if (stream && st.new_tokens[0] >= 0) std::cout << stream->push(st.new_tokens[0]) << std::flush;
+  });
+  if (streaming) std::cout << stream->finish() << "\n";
+  for (const auto& c : out) {
+    const auto text = completion_text(tok, c.tokens, false);
+    if (o.json) print_json(c.prompt, c.tokens, text, c.finish_reason, nullptr);
+    else if (!streaming) std::cout << (text ? *text : nlohmann::json(c.tokens).dump()) << "\n";
+  }
+  return 0;
+}
+
+int run_diffusion(Session& s, const GenerateOptions& o, const po::variables_map& vm,
+                  const std::vector<std::vector<std::int32_t>>& prompts, const std::optional<Tokenizer>& tok) {
+  const auto& gen = s.config().generation;
+  const auto& cfg = s.config();
+  DiffusionOptions d;
+  d.max_new_tokens = o.max_new_tokens;
+  d.steps = flag<std::int64_t>(vm, "steps").value_or(o.max_new_tokens);
+  d.eps = flag<double>(vm, "eps").value_or(gen.eps.value_or(1e-3));
+  d.sampling.alg = parse_diffusion_alg(flag<std::string>(vm, "alg").value_or("entropy"));
+  d.sampling.temperature = flag<double>(vm, "temperature").value_or(gen.temperature.value_or(0.0));
+  if (auto p = flag<double>(vm, "top-p")) d.sampling.top_p = *p;
+  else if (gen.top_p) d.sampling.top_p = gen.top_p;
+  if (auto k = flag<std::int64_t>(vm, "top-k")) d.sampling.top_k = *k;
+  else if (gen.top_k) d.sampling.top_k = gen.top_k;
+  d.alg_temp = vm.count("alg-temp") ? std::optional<double>(o.alg_temp) : gen.alg_temp;
+  const auto mask = cfg.mask_token_id ? cfg.mask_token_id : gen.mask_token_id;
+  if (!mask) bad_input("{}: config.json has no mask_token_id", cfg.dir.string());
+  d.mask_id = static_cast<std::int32_t>(*mask);
+  d.pad_id = static_cast<std::int32_t>(cfg.pad_token_id.value_or(gen.pad_token_id.value_or(0)));
+  for (std::size_t r = 0; r < prompts.size(); ++r) d.seeds.push_back(o.seed + r);
+
+  // history[r]: row r's canvas after every step, left padding removed.
+  std::vector<nlohmann::json> history(prompts.size(), nlohmann::json::array());
+  SessionDecodeForward fwd(s);
+  const auto res = diffusion_generate(fwd, prompts, d, [&](const DiffusionStep& st) {
+    if (!o.history) return;
+    for (std::size_t r = 0; r < prompts.size(); ++r) {
+      const auto pad = st.length - d.max_new_tokens - static_cast<std::int64_t>(prompts[r].size());
+      auto b = st.canvas.begin() + static_cast<std::int64_t>(r) * st.length;
+      history[r].push_back(std::vector<std::int32_t>(b + pad, b + st.length));
+    }
+  });
+  for (std::size_t r = 0; r < prompts.size(); ++r) {
+    const auto text = completion_text(tok, res.completions[r], true);
+    if (o.json) print_json(prompts[r], res.completions[r], text, "length", o.history ? &history[r] : nullptr);
+    else std::cout << (text ? *text : nlohmann::json(res.completions[r]).dump()) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_generate(const Args& args) {
+  GenerateOptions o;
+  po::options_description desc("generate options");
+  add_common_options(desc, o.common);
+  desc.add_options()
+      ("prompt", po::value(&o.prompt), "prompt text (needs the model's tokenizer)")
+      ("ids", po::value(&o.ids)->composing(), "prompt token ids, e.g. 1,2,3; repeat for a batch of prompts")
+      ("chat", po::bool_switch(&o.chat), "wrap --prompt in the model's chat template")
+      ("max-new-tokens", po::value(&o.max_new_tokens), "tokens to generate (default: generation_config.json, else 64)")
+      ("temperature", po::value<double>(), "0: greedy / argmax")
+      ("top-k", po::value<std::int64_t>(), "keep the k most likely tokens")
+      ("top-p", po::value<double>(), "nucleus sampling mass")
+      ("repetition-penalty", po::value<double>(), "autoregressive only")
+      ("seed", po::value(&o.seed)->default_value(0), "seed of the first prompt; prompt r uses seed + r")
+      ("steps", po::value<std::int64_t>(), "diffusion steps (default: max-new-tokens)")
+      ("alg", po::value<std::string>(), "origin, maskgit_plus, topk_margin or entropy (default entropy)")
+      ("alg-temp", po::value(&o.alg_temp), "diffusion: > 0 samples positions from softmax(conf / alg_temp)")
+      ("eps", po::value<double>(), "diffusion: final timestep (default 1e-3)")
+      ("stop", po::value(&o.stop)->composing(), "stop when the completion contains this text (repeatable)")
+      ("json", po::bool_switch(&o.json), "print one JSON object per prompt")
+      ("history", po::bool_switch(&o.history), "diffusion, with --json: the canvas after every step")
+      ("no-kv-cache", po::bool_switch(&o.no_cache), "autoregressive: recompute the whole prefix every step")
+      ("hooks", po::value(&o.hooks), "not yet available in generate")
+      ("out", po::value(&o.out), "not yet available in generate");
+  po::variables_map vm;
+  if (!parse_options(args, "usage: sonde generate --model DIR (--prompt T | --ids 1,2,3 ...) [--chat] [--max-new-tokens N] [--json]",
+                     desc, vm))
+    return 0;
+  if (vm.count("hooks") || vm.count("out"))
+    bad_input("--hooks/--out: capturing activations during generate is not implemented yet; use sonde forward");
+  if (o.ids.empty() == !vm.count("prompt")) bad_input("give --prompt or --ids (not both)");
+  if (o.chat && !vm.count("prompt")) bad_input("--chat needs --prompt");
+  if (auto s = flag<std::int64_t>(vm, "steps"); s && *s < 1) bad_input("--steps must be at least 1, got {}", *s);
+  if (auto a = flag<std::string>(vm, "alg")) parse_diffusion_alg(*a);
+
+  auto session = open_session(o.common);
+  const auto& cfg = session->config();
+  std::optional<Tokenizer> tok;
+  if (Tokenizer::available(session->model_dir())) tok.emplace(Tokenizer::load(session->model_dir()));
+  const auto prompts = read_prompts(o, vm, cfg, tok);
+  if (!vm.count("max-new-tokens")) o.max_new_tokens = cfg.generation.max_new_tokens.value_or(64);
+  if (o.max_new_tokens < 1) bad_input("--max-new-tokens must be at least 1, got {}", o.max_new_tokens);
+  for (std::size_t r = 0; r < prompts.size(); ++r) {
+    const auto total = static_cast<std::int64_t>(prompts[r].size()) + o.max_new_tokens;
+    if (total > cfg.max_position_embeddings)
+      bad_input("prompt {}: {} prompt tokens + {} new tokens = {} exceed max_position_embeddings {}", r,
+                prompts[r].size(), o.max_new_tokens, total, cfg.max_position_embeddings);
+  }
+  if (session->info().decoding == DecodingKind::MaskedDiffusion) return run_diffusion(*session, o, vm, prompts, tok);
+  return run_autoregressive(*session, o, vm, prompts, tok);
+}
+
+}  // namespace sonde::cli

@@ -1,0 +1,24 @@
+#pragma once
+// The decode loops' forward (decode.h) on a loaded Session: full forwards for diffusion, and
+// KV-cached forwards for autoregressive decoding when the model supports them.
+#include <sonde/decode.h>
+#include <sonde/session.h>
+
+namespace sonde {
+
+class SessionDecodeForward : public DecodeForward {
+ public:
+  explicit SessionDecodeForward(Session& session, bool use_kv_cache = true)
+      : session_(session), use_kv_cache_(use_kv_cache) {}
+  std::int64_t vocab_size() const override { return session_.config().vocab_size; }
+  bool has_kv_cache() const override;
+  void reset_cache(std::int64_t batch, std::int64_t capacity) override;
+  Tensor forward(const StepInput& in) override;
+
+ private:
+  Session& session_;
+  bool use_kv_cache_;
+  KvCache cache_;
+};
+
+}  // namespace sonde

@@ -1,0 +1,180 @@
+// Dream's diffusion_generate (model-spec §3.2): a canvas of prompt + max_new_tokens mask ids,
+// one full forward per step (no cache), logits shifted by one slot, then either random reveals
+// (origin) or the k most confident masked slots. Nothing stops at EOS.
+#include <sonde/decode.h>
+#include <sonde/error.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace sonde {
+
+std::vector<float> diffusion_timesteps(std::int64_t steps, double eps) {
+  // torch.linspace(1, eps, steps + 1) in float32: start + i*step for the first half,
+  // end - (steps - i)*step for the second (model-spec §3.4 found all formulas agree).
+  const float start = 1.0f, end = static_cast<float>(eps);
+  const float step = (end - start) / static_cast<float>(steps);
+  std::vector<float> t(static_cast<std::size_t>(steps + 1));
+  const std::int64_t half = (steps + 1) / 2;
+  for (std::int64_t i = 0; i <= steps; ++i)
+    t[static_cast<std::size_t>(i)] = i < half ? start + step * static_cast<float>(i)
+                                              : end - step * static_cast<float>(steps - i);
+  return t;
+}
+
+std::int64_t diffusion_unmask_count(float n, float t, float s, bool last_step) {
+  if (last_step) return static_cast<std::int64_t>(n);
+  const float ratio = 1.0f - s / t;          // float32, as torch does on 0-d float tensors
+  return static_cast<std::int64_t>(n * ratio);  // int(): truncation
+}
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+struct Canvas {
+  std::int64_t B = 0, N = 0, T = 0;
+  std::vector<std::int32_t> x;  // [B, N]
+  StepInput input;              // ids refreshed from x every step
+};
+
+Canvas make_canvas(const PaddedBatch& pb, const DiffusionOptions& o) {
+  Canvas c{pb.batch, pb.tokens + o.max_new_tokens, pb.tokens, {}, {}};
+  std::vector<std::uint8_t> am;  // the prompt mask, padded with 1 for the generated slots
+  std::vector<std::int32_t> pos;
+  for (std::int64_t r = 0; r < c.B; ++r) {
+    std::int32_t count = 0;
+    for (std::int64_t j = 0; j < c.N; ++j) {
+      const bool in_prompt = j < c.T;
+      const auto at = static_cast<std::size_t>(r * c.T + j);
+      c.x.push_back(in_prompt ? pb.ids[at] : o.mask_id);
+      const std::uint8_t m = in_prompt ? pb.mask[at] : 1;
+      am.push_back(m);
+      count += m;
+      pos.push_back(pb.any_pad ? (m ? count - 1 : 1) : static_cast<std::int32_t>(j));  // tok_idx
+    }
+  }
+  // Only a mask with a zero is used; the Attention op then allows (q, k) iff am[q] && am[k].
+  c.input = StepInput{c.B, c.N, 0, {}, pos, pb.any_pad ? am : std::vector<std::uint8_t>{}, false};
+  return c;
+}
+
+// Row r's slots ordered by confidence, highest first; ties to the lower slot (model-spec §0.14).
+std::vector<std::int64_t> top_slots(const double* conf, std::int64_t N, std::int64_t k) {
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(N));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](std::int64_t a, std::int64_t b) { return conf[a] > conf[b]; });
+  idx.resize(static_cast<std::size_t>(std::min(k, N)));
+  return idx;
+}
+
+// multinomial(softmax(conf / alg_temp), k) without replacement: one draw at a time, each from
+// the renormalised weights of the slots not drawn yet.
+std::vector<std::int64_t> sample_slots(const double* conf, std::int64_t N, std::int64_t k, double alg_temp,
+                                       std::uint64_t seed, std::int64_t step) {
+  double m = kNegInf;
+  for (std::int64_t j = 0; j < N; ++j) m = std::max(m, conf[j] / alg_temp);
+  std::vector<double> w(static_cast<std::size_t>(N));
+  for (std::int64_t j = 0; j < N; ++j) w[static_cast<std::size_t>(j)] = std::isinf(conf[j]) ? 0.0 : std::exp(conf[j] / alg_temp - m);
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 0; d < std::min(k, N); ++d) {
+    const double total = std::accumulate(w.begin(), w.end(), 0.0);
+    if (total <= 0) break;  // torch would raise: fewer nonzero weights than k
+    std::vector<double> p(w.size());
+    for (std::size_t j = 0; j < w.size(); ++j) p[j] = w[j] / total;
+    const auto j = sample_index(p, counter_uniform(seed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(d),
+                                                   RngStream::Position));
+    out.push_back(j);
+    w[static_cast<std::size_t>(j)] = 0;
+  }
+  return out;
+}
+
+// The shifted logits of slot j: slot 0 keeps its own, slot j > 0 uses slot j - 1.
+std::span<const float> shifted_row(const Tensor& logits, std::int64_t r, std::int64_t j, std::int64_t N, std::int64_t V) {
+  const std::int64_t src = j == 0 ? 0 : j - 1;
+  return {logits.data<float>() + (r * N + src) * V, static_cast<std::size_t>(V)};
+}
+
+}  // namespace
+
+DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                                   const DiffusionOptions& o, const DiffusionCallback& on_step) {
+  if (o.steps < 1) bad_input("steps must be at least 1, got {}", o.steps);
+  if (o.max_new_tokens < 1) bad_input("max_new_tokens must be at least 1, got {}", o.max_new_tokens);
+  if (!(o.eps > 0 && o.eps < 1)) bad_input("eps must lie in (0, 1), got {}", o.eps);
+  if (o.alg_temp && *o.alg_temp < 0) bad_input("alg_temp must not be negative, got {}", *o.alg_temp);
+  Canvas c = make_canvas(left_pad(prompts, o.pad_id), o);
+  const std::int64_t B = c.B, N = c.N, V = model.vocab_size();
+  const auto ts = diffusion_timesteps(o.steps, o.eps);
+  auto seed = [&](std::int64_t r) { return o.seeds.empty() ? 0 : o.seeds.at(static_cast<std::size_t>(r)); };
+  const bool by_position_sampling = o.alg_temp && *o.alg_temp > 0;
+
+  for (std::int64_t i = 0; i < o.steps; ++i) {
+    const float t = ts[static_cast<std::size_t>(i)], s = ts[static_cast<std::size_t>(i + 1)];
+    const bool last = i == o.steps - 1;
+    c.input.ids = c.x;
+    const Tensor logits = model.forward(c.input);
+    std::vector<double> conf(static_cast<std::size_t>(B * N), kNaN);
+    std::vector<std::int32_t> x0(c.x.size(), o.mask_id);
+    std::vector<std::vector<std::int64_t>> transfer(static_cast<std::size_t>(B));
+    std::int64_t n_total = 0, k = 0;
+
+    if (o.sampling.alg == DiffusionAlg::Origin) {
+      const float p = last ? 1.0f : 1.0f - s / t;  // each masked slot is revealed with probability p
+      for (std::int64_t r = 0; r < B; ++r)
+        for (std::int64_t j = 0; j < N; ++j) {
+          const auto at = static_cast<std::size_t>(r * N + j);
+          if (c.x[at] != o.mask_id) continue;
+          if (!(counter_uniform(seed(r), static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(j), RngStream::Reveal) < p))
+            continue;
+          const auto u = counter_uniform(seed(r), static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(j), RngStream::Token);
+          const auto ch = dream_sample_token(shifted_row(logits, r, j, N, V), o.sampling, u);
+          conf[at] = ch.confidence;
+          c.x[at] = ch.token;
+          transfer[static_cast<std::size_t>(r)].push_back(j);
+        }
+    } else {
+      std::vector<double> full(static_cast<std::size_t>(B * N), kNegInf);
+      for (std::int64_t r = 0; r < B; ++r)
+        for (std::int64_t j = 0; j < N; ++j) {
+          const auto at = static_cast<std::size_t>(r * N + j);
+          if (c.x[at] != o.mask_id) continue;
+          const auto u = counter_uniform(seed(r), static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(j), RngStream::Token);
+          const auto ch = dream_sample_token(shifted_row(logits, r, j, N, V), o.sampling, u);
+          full[at] = conf[at] = ch.confidence;
+          x0[at] = ch.token;
+          ++n_total;
+        }
+      // k uses the batch-average mask count in float32 (model-spec §3.2 notes).
+      k = diffusion_unmask_count(static_cast<float>(n_total) / static_cast<float>(B), t, s, last);
+      for (std::int64_t r = 0; k > 0 && r < B; ++r) {
+        const double* row = full.data() + r * N;
+        auto picked = by_position_sampling ? sample_slots(row, N, k, *o.alg_temp, seed(r), i) : top_slots(row, N, k);
+        for (auto j : picked) {
+          // A slot that was not masked takes x_'s mask id, as Dream does when k exceeds a row's masks.
+          c.x[static_cast<std::size_t>(r * N + j)] = x0[static_cast<std::size_t>(r * N + j)];
+          transfer[static_cast<std::size_t>(r)].push_back(j);
+        }
+      }
+    }
+    if (on_step) on_step(DiffusionStep{i, k, t, s, B, N, c.x, conf, transfer});
+  }
+
+  DiffusionResult res{B, N, {}, {}};
+  for (std::int64_t r = 0; r < B; ++r) {
+    const auto& p = prompts[static_cast<std::size_t>(r)];
+    auto gen_begin = c.x.begin() + r * N + c.T;
+    std::vector<std::int32_t> completion(gen_begin, gen_begin + o.max_new_tokens);
+    std::vector<std::int32_t> seq = p;
+    seq.insert(seq.end(), completion.begin(), completion.end());
+    res.sequences.push_back(std::move(seq));
+    res.completions.push_back(std::move(completion));
+  }
+  return res;
+}
+
+}  // namespace sonde

@@ -1,0 +1,27 @@
+// DecodeForward on a Session: stateless full forwards (diffusion, or AR without cache) and
+// KV-cached forwards for AR decoding.
+#include <sonde/error.h>
+#include <sonde/session_decode.h>
+
+namespace sonde {
+
+bool SessionDecodeForward::has_kv_cache() const {
+  return use_kv_cache_ && session_.info().decoding == DecodingKind::Autoregressive;
+}
+
+void SessionDecodeForward::reset_cache(std::int64_t batch, std::int64_t capacity) {
+  cache_ = session_.new_kv_cache(batch, capacity);
+}
+
+Tensor SessionDecodeForward::forward(const StepInput& in) {
+  ForwardInput fi{in.batch, in.tokens, in.ids, in.positions, in.key_mask};
+  if (in.use_cache) {
+    if (in.past != cache_.filled)
+      runtime_error("decode: step reads {} cached slots but the cache holds {}", in.past, cache_.filled);
+    return session_.forward_cached(fi, cache_);
+  }
+  if (in.past != 0) runtime_error("decode: past = {} without a cache", in.past);
+  return session_.forward(fi, true, {}, {});
+}
+
+}  // namespace sonde

@@ -1,0 +1,83 @@
+// KV-cached forwards (model-spec §1.3): the graph reads earlier slots' K/V as inputs
+// ("past_k.{i}", "past_v.{i}", strided views into the cache) and the taps of this call's
+// attn.hook_rot_k / attn.hook_v are copied into the cache at slots [filled, filled + T).
+#include <sonde/error.h>
+#include <sonde/session.h>
+
+#include <cstring>
+
+namespace sonde {
+namespace {
+
+// Copies x [B, T, nkv, d] into cache rows [B, from .. from+T) of a [B, cap, nkv, d] buffer.
+void append_rows(Tensor& cache, const TensorView& x, std::int64_t from) {
+  const Tensor dense = x.contiguous() && x.dtype == DType::f32 ? Tensor() : to_f32(x);
+  const TensorView& src = dense.empty() ? x : dense.view();
+  const std::int64_t B = src.shape[0], T = src.shape[1], row = src.shape[2] * src.shape[3];
+  const std::int64_t cap = cache.shape()[1];
+  for (std::int64_t b = 0; b < B; ++b)
+    std::memcpy(cache.data<float>() + (b * cap + from) * row, src.as<const float>() + b * T * row,
+                static_cast<std::size_t>(T * row) * sizeof(float));
+}
+
+// The first `past` slots of a [B, cap, nkv, d] cache as a [B, past, nkv, d] strided view.
+TensorView past_view(const Tensor& cache, std::int64_t past) {
+  TensorView v = cache.view();
+  v.shape[1] = past;  // strides stay those of the full buffer
+  return v;
+}
+
+}  // namespace
+
+KvCache Session::new_kv_cache(std::int64_t batch, std::int64_t capacity) const {
+  const std::int64_t d = config_.head_dim ? config_.head_dim : config_.hidden_size / config_.num_attention_heads;
+  KvCache c{batch, capacity, 0, {}, {}};
+  for (std::int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    c.k.emplace_back(DType::f32, Shape{batch, capacity, config_.num_key_value_heads, d});
+    c.v.emplace_back(DType::f32, Shape{batch, capacity, config_.num_key_value_heads, d});
+  }
+  return c;
+}
+
+Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache) {
+  check_ids(in);
+  const std::int64_t P = cache.filled, T = in.tokens, L = config_.num_hidden_layers;
+  if (in.batch != cache.batch) runtime_error("forward_cached: batch {} but the cache holds {}", in.batch, cache.batch);
+  if (P + T > cache.capacity) runtime_error("forward_cached: {} + {} slots exceed the cache capacity {}", P, T, cache.capacity);
+  if (static_cast<std::int64_t>(in.positions.size()) != in.batch * T)
+    runtime_error("forward_cached: {} positions for {} ids", in.positions.size(), in.batch * T);
+  if (!in.mask.empty() && static_cast<std::int64_t>(in.mask.size()) != in.batch * (P + T))
+    runtime_error("forward_cached: {} mask entries for {} keys", in.mask.size(), in.batch * (P + T));
+
+  BatchShape shape{in.batch, T, !in.mask.empty(), true, P};
+  GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
+  model_->build(shape, b);
+  const Graph g = b.finish();
+  // Which tapped hook fills which cache buffer.
+  std::map<std::string, Tensor*> fills;
+  for (std::int64_t i = 0; i < L; ++i) {
+    fills[fmt::format("blocks.{}.attn.hook_rot_k", i)] = &cache.k[static_cast<std::size_t>(i)];
+    fills[fmt::format("blocks.{}.attn.hook_v", i)] = &cache.v[static_cast<std::size_t>(i)];
+  }
+  const Plan plan = executor_->plan(g, {"logits"}, [&](const std::string& h) { return fills.count(h) > 0; });
+
+  const Shape bt{in.batch, T};
+  std::map<std::string, TensorView> feeds{
+      {"ids", TensorView(const_cast<std::int32_t*>(in.ids.data()), DType::i32, bt)},
+      {"positions", TensorView(const_cast<std::int32_t*>(in.positions.data()), DType::i32, bt)},
+  };
+  if (!in.mask.empty())
+    feeds["mask"] = TensorView(const_cast<std::uint8_t*>(in.mask.data()), DType::u8, Shape{in.batch, P + T});
+  for (std::int64_t i = 0; P > 0 && i < L; ++i) {
+    feeds[fmt::format("past_k.{}", i)] = past_view(cache.k[static_cast<std::size_t>(i)], P);
+    feeds[fmt::format("past_v.{}", i)] = past_view(cache.v[static_cast<std::size_t>(i)], P);
+  }
+  auto out = executor_->run(plan, feeds, [&](const std::string& hook, const TensorView& v) {
+    auto it = fills.find(hook);
+    if (it != fills.end()) append_rows(*it->second, v, P);
+  });
+  cache.filled = P + T;
+  return out.at("logits");
+}
+
+}  // namespace sonde
