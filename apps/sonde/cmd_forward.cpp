@@ -62,6 +62,9 @@ int cmd_forward(const Args& args) {
   if (T > cfg.max_position_embeddings)
     bad_input("--ids: {} tokens exceed max_position_embeddings {}", T, cfg.max_position_embeddings);
 
+  session->check_ids(ids);  // before the output file exists: bad input leaves nothing behind
+  if (std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
+
   const auto hooks = HookSelector::parse(hooks_spec).resolve(session->hook_points(), cfg.num_hidden_layers);
   nlohmann::json run{{"command", "forward"}, {"hooks", hooks_spec}, {"ids", ids}, {"text", text},
                      {"positions", "all"}, {"storage_dtype", storage}, {"compress", compress}};

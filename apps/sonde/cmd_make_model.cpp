@@ -11,9 +11,12 @@
 #include <sonde/error.h>
 #include <sonde/log.h>
 #include <sonde/registry.h>
+#include <sonde/safetensors.h>
 #include <sonde/tokenizer.h>
 
 #include <nlohmann/json.hpp>
+
+#include <map>
 
 #include <cmath>
 #include <fstream>
@@ -107,33 +110,21 @@ Init init_for(const WeightSpec& w) {
   return {0.0, 1.0 / std::sqrt(static_cast<double>(w.shape[1]))};
 }
 
-// Streams tensors to disk one chunk at a time: the dream-7b preset is 15 GB in bf16.
-void write_random_safetensors(const fs::path& file, std::vector<WeightSpec> specs, DType dtype, std::uint64_t seed) {
-  std::sort(specs.begin(), specs.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  ordered_json header;
-  std::uint64_t offset = 0;
-  for (const auto& w : specs) {
-    const std::uint64_t n = static_cast<std::uint64_t>(w.shape.numel()) * dtype_size(dtype);
-    header[w.name] = {{"dtype", std::string(dtype_to_safetensors(dtype))},
-                      {"shape", std::vector<std::int64_t>(w.shape.dims.begin(), w.shape.dims.begin() + w.shape.rank)},
-                      {"data_offsets", {offset, offset + n}}};
-    offset += n;
+// Each tensor is generated in chunks straight into the file: the dream-7b preset is 15 GB in bf16.
+void write_random_safetensors(const fs::path& file, const std::vector<WeightSpec>& weights, DType dtype, std::uint64_t seed) {
+  std::vector<TensorSpec> specs;
+  std::map<std::string, Init> inits;
+  for (const auto& w : weights) {
+    specs.push_back({w.name, dtype, w.shape});
+    inits[w.name] = init_for(w);
   }
-  header["__metadata__"] = {{"format", "pt"}, {"generator", "sonde make-model"}};
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  const fs::path tmp = file.string() + ".tmp";
-  std::ofstream out(tmp, std::ios::binary);
-  const std::uint64_t len = text.size();
-  out.write(reinterpret_cast<const char*>(&len), 8);  // little-endian on every supported host
-  out << text;
   std::vector<float> f32;
   std::vector<std::uint16_t> b16;
-  for (const auto& w : specs) {
-    SplitMix64 rng(tensor_seed(seed, w.name));
-    const Init init = init_for(w);
-    std::int64_t left = w.shape.numel();
-    while (left > 0) {
+  write_safetensors_streamed(file, specs, {{"format", "pt"}, {"generator", "sonde make-model"}},
+                             [&](const TensorSpec& t, std::ostream& out) {
+    SplitMix64 rng(tensor_seed(seed, t.name));
+    const Init init = inits.at(t.name);
+    for (std::int64_t left = t.shape.numel(); left > 0;) {
       const auto n = static_cast<std::size_t>(std::min<std::int64_t>(left, 1 << 20));
       f32.resize(n);
       for (auto& v : f32) v = static_cast<float>(init.mean + init.std * rng.normal());
@@ -146,10 +137,7 @@ void write_random_safetensors(const fs::path& file, std::vector<WeightSpec> spec
       }
       left -= static_cast<std::int64_t>(n);
     }
-  }
-  out.close();
-  if (!out) runtime_error("writing {} failed (disk full?)", tmp.string());
-  fs::rename(tmp, file);
+  });
 }
 
 void write_tokenizer(const MakeOptions& o, const fs::path& out, const SpecialIds& ids, std::int64_t vocab) {
@@ -164,7 +152,7 @@ void write_tokenizer(const MakeOptions& o, const fs::path& out, const SpecialIds
     return;
   }
   write_text(out / "tokenizer.json", make_synthetic_tokenizer_json(static_cast<std::size_t>(vocab), special_tokens(ids), o.seed));
-  write_text(out / "tokenizer_config.json", tokenizer_config_json(ids, o.arch == "dream"));
+  write_text(out / "tokenizer_config.json", tokenizer_config_json(o.arch == "dream"));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "special_tokens.h"
 
+#include <sonde/chat.h>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -28,16 +30,9 @@ std::vector<std::pair<std::string, std::int32_t>> special_tokens(const SpecialId
   return t;
 }
 
-std::string tokenizer_config_json(const SpecialIds& ids, bool dream) {
+std::string tokenizer_config_json(bool dream) {
   // ChatML, as Qwen2.5-Instruct and Dream render it; only the default system prompt differs.
-  const std::string system = dream ? "You are a helpful assistant."
-                                   : "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
-  const std::string tmpl =
-      "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
-      "'<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\n" + system +
-      "<|im_end|>\\n' }}{%- endif %}{%- for message in messages %}{%- if not (message.role == 'system' and "
-      "loop.first) %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif "
-      "%}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+  const std::string tmpl = builtin_chat_template(dream ? ChatFamily::Dream : ChatFamily::Qwen25Instruct);
   nlohmann::ordered_json c;
   c["add_bos_token"] = false;
   c["bos_token"] = nullptr;
@@ -47,7 +42,6 @@ std::string tokenizer_config_json(const SpecialIds& ids, bool dream) {
   c["chat_template"] = tmpl;
   c["model_max_length"] = 32768;
   c["tokenizer_class"] = "Qwen2Tokenizer";
-  (void)ids;
   return c.dump(2) + "\n";
 }
 

@@ -15,6 +15,6 @@ struct SpecialIds {
 
 SpecialIds special_ids(bool dream, std::int64_t vocab, bool real_vocab);
 std::vector<std::pair<std::string, std::int32_t>> special_tokens(const SpecialIds& ids);
-std::string tokenizer_config_json(const SpecialIds& ids, bool dream);
+std::string tokenizer_config_json(bool dream);
 
 }  // namespace sonde::cli

@@ -76,14 +76,23 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, s.find_last_not_of(" \t") - b + 1));
 }
 
+// A layer index from a hook term; numbers too large for any model are bad input, not a crash.
+std::int64_t layer_number(const std::string& digits, const std::string& term) {
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || end != digits.data() + digits.size()) bad_input("--hooks: '{}': layer number {} is out of range", term, digits);
+  return v;
+}
+
 // "blocks.10-23.hook_mlp_out" -> the names for layers 10..23; returns false when not a range.
-bool expand_range(const std::string& term, std::vector<std::string>& out) {
+bool expand_range(const std::string& term, std::int64_t n_layers, std::vector<std::string>& out) {
   static const std::regex range(R"(blocks\.(\d+)-(\d+)\.(.+))");
   std::smatch m;
   if (!std::regex_match(term, m, range)) return false;
-  const long a = std::stol(m[1]), b = std::stol(m[2]);
+  const std::int64_t a = layer_number(m[1], term), b = layer_number(m[2], term);
   if (a > b) bad_input("--hooks: range '{}' runs backwards ({} > {})", term, a, b);
-  for (long i = a; i <= b; ++i) out.push_back("blocks." + std::to_string(i) + "." + m[3].str());
+  if (b >= n_layers) bad_input("--hooks: range '{}' goes past the last layer (the model has {} layers: 0..{})", term, n_layers, n_layers - 1);
+  for (std::int64_t i = a; i <= b; ++i) out.push_back("blocks." + std::to_string(i) + "." + m[3].str());
   return true;
 }
 
@@ -106,7 +115,7 @@ std::string canonical_hook_name(std::string_view name, std::int64_t n_layers) {
   static const std::regex hidden(R"(hidden_states\.(\d+)|hidden_states\[(\d+)\])");
   std::smatch m;
   if (std::regex_match(s, m, hidden)) {
-    const long k = std::stol(m[1].matched ? m[1].str() : m[2].str());
+    const std::int64_t k = layer_number(m[1].matched ? m[1].str() : m[2].str(), s);
     if (k == 0) return "hook_embed";
     if (k == n_layers) return "ln_final.hook_out";
     if (k > n_layers) bad_input("--hooks: '{}' is past the last hidden state (the model has {} layers, so 0..{})", s, n_layers, n_layers);
@@ -139,7 +148,7 @@ std::vector<HookPoint> HookSelector::resolve(const std::vector<HookPoint>& avail
   for (const auto& h : available) names.push_back(h.name);
   for (const auto& term : terms_) {
     std::vector<std::string> wanted;
-    if (!expand_range(term, wanted)) wanted.push_back(canonical_hook_name(term, n_layers));
+    if (!expand_range(term, n_layers, wanted)) wanted.push_back(canonical_hook_name(term, n_layers));
     for (const auto& w : wanted) {
       bool hit = false;
       for (std::size_t i = 0; i < available.size(); ++i)

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -48,11 +50,13 @@ std::map<std::string, std::vector<std::int64_t>> expected_hooks() {
 class Commands : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / "sonde-tests" / "Commands";
+    // ctest runs each test in its own process, two at a time: one model directory per process.
+    root_ = fs::temp_directory_path() / "sonde-tests" / ("Commands-" + std::to_string(::getpid()));
     fs::remove_all(root_);
     model_ = root_ / "model";
     make_tiny_model(model_);
   }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
   void SetUp() override {
     dir_ = temp_dir();
     // make-model ran once for the suite; without its output every test here must fail, not skip.

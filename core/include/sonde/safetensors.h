@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <iosfwd>
 #include <map>
 #include <memory>
 #include <span>
@@ -59,6 +60,20 @@ class WeightSource {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// A tensor to be written: name, dtype and shape; its bytes come from a filler.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+};
+// Writes exactly numel * dtype_size bytes of the tensor to the stream.
+using TensorFiller = std::function<void(const TensorSpec&, std::ostream&)>;
+
+// Streams a safetensors file (names sorted, 8-byte aligned data) one tensor at a time, for
+// checkpoints larger than memory; written to FILE.tmp and renamed when complete.
+void write_safetensors_streamed(const std::filesystem::path& file, const std::vector<TensorSpec>& specs,
+                                const std::map<std::string, std::string>& metadata, const TensorFiller& fill);
 
 // Writes one safetensors file (names sorted, 8-byte aligned data). For make-model and tests.
 void write_safetensors(const std::filesystem::path& file,
