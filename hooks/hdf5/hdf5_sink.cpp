@@ -63,7 +63,9 @@ void Hdf5Sink::require_open(const char* op) const {
   if (!file_) runtime_error("HDF5 sink: {} called on a sink that is not open{}", op, path_.empty() ? "" : " (" + path_ + ")");
 }
 
-void Hdf5Sink::open(const SinkOptions& options, const RunMetadata& meta, const std::vector<HookPoint>& hooks) {
+CommitMark Hdf5Sink::open(const SinkOptions& options, const RunMetadata& meta, const std::vector<HookPoint>& hooks) {
+  if (options.streaming || options.resume || options.diffusion)
+    runtime_error("HDF5 sink: streaming, resume and /steps are not implemented yet ({})", options.path);
   h5::silence_errors();
   if (file_) runtime_error("HDF5 sink: open({}) called while {} is open", options.path, path_);
   if (options.storage != DType::f32 && options.storage != DType::bf16 && options.storage != DType::f16)
@@ -90,7 +92,14 @@ void Hdf5Sink::open(const SinkOptions& options, const RunMetadata& meta, const s
     abandon();  // a half-made file is left as it is (complete = 0), and the sink is not open
     throw;
   }
+  return {};
 }
+
+void Hdf5Sink::add_steps(const std::vector<StepRecord>&) {
+  runtime_error("HDF5 sink: /steps is not implemented yet ({})", path_);
+}
+
+void Hdf5Sink::checkpoint(const CommitMark&) { flush(); }
 
 void Hdf5Sink::abandon() noexcept {
   acts_.clear();

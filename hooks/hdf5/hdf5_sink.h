@@ -22,12 +22,14 @@ class Hdf5Sink final : public Sink {
   Hdf5Sink();
   ~Hdf5Sink() override;  // closes without marking the file complete
 
-  void open(const SinkOptions& options, const RunMetadata& meta, const std::vector<HookPoint>& hooks) override;
+  CommitMark open(const SinkOptions& options, const RunMetadata& meta, const std::vector<HookPoint>& hooks) override;
   bool wants(const std::string& hook) const override { return acts_.count(hook) > 0; }
   void write(const TapRecord& rec, const TensorView& rows) override;
   void add_rows(const std::vector<RowRecord>& rows) override;
+  void add_steps(const std::vector<StepRecord>& steps) override;
   void end_prompt(const PromptRecord& prompt) override;
   void write_array(const std::string& path, const TensorView& data) override;
+  void checkpoint(const CommitMark& mark) override;
   void flush() override;
   void close() override;
 

@@ -35,6 +35,30 @@ struct SinkOptions {
   DType storage = DType::f32;  // f32, bf16 or f16
   bool overwrite = false;
   bool compress = false;       // shuffle + deflate
+  // Crash-safe streaming (sonde batch): SWMR writing, checkpoints, resume. Off for one-shot
+  // files (sonde forward), which may use write_array.
+  bool streaming = false;
+  bool resume = false;         // reopen PATH, check run_config_sha256, trim to the committed mark
+  bool durable = false;        // fsync at every checkpoint
+  bool diffusion = false;      // create the /steps table
+  std::size_t queue_bytes = std::size_t{256} << 20;  // bound on data waiting for the writer thread
+};
+
+// One entry of /steps (diffusion): the canvas after a denoising step.
+struct StepRecord {
+  std::int64_t prompt_idx = 0;
+  std::int32_t step = 0;
+  float t = 0;
+  std::int32_t n_transfer = 0;
+  std::vector<std::int32_t> canvas;
+};
+
+// What is safely on disk: whole prompts and their rows, and how many bytes of the companion
+// results file (results.jsonl) belong to them. Written to /progress at each checkpoint.
+struct CommitMark {
+  std::int64_t prompts = 0;
+  std::int64_t rows = 0;
+  std::uint64_t results_bytes = 0;
 };
 
 // Root attributes (design §5): strings and integers.
@@ -51,15 +75,21 @@ struct TapRecord {
 
 class Sink : public Plugin {
  public:
-  // Creates the file and every dataset of the selected hooks up front.
-  virtual void open(const SinkOptions& options, const RunMetadata& meta,
-                    const std::vector<HookPoint>& hooks) = 0;
+  // Creates the file and every dataset of the selected hooks up front; with options.resume,
+  // reopens it, checks meta's run_config_sha256 against the file's, trims every table to the
+  // committed mark and returns it (a fresh file returns an empty mark).
+  virtual CommitMark open(const SinkOptions& options, const RunMetadata& meta,
+                          const std::vector<HookPoint>& hooks) = 0;
   virtual bool wants(const std::string& hook) const = 0;
   virtual void write(const TapRecord& rec, const TensorView& rows) = 0;
   virtual void add_rows(const std::vector<RowRecord>& rows) = 0;
+  virtual void add_steps(const std::vector<StepRecord>& steps) = 0;
   virtual void end_prompt(const PromptRecord& prompt) = 0;
-  // A whole top-level dataset (forward's /input_ids and /logits).
+  // A whole top-level dataset (forward's /input_ids and /logits); not in streaming mode.
   virtual void write_array(const std::string& path, const TensorView& data) = 0;
+  // Waits until everything handed over so far is on disk, then records `mark` in /progress.
+  // The caller has already made its results file durable up to mark.results_bytes.
+  virtual void checkpoint(const CommitMark& mark) = 0;
   virtual void flush() = 0;
   virtual void close() = 0;  // after close() the file is complete
 };
