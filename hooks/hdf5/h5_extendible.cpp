@@ -1,5 +1,7 @@
 #include "h5_extendible.h"
 
+#include <sonde/error.h>
+
 #include <bit>
 
 namespace sonde::h5 {
@@ -37,6 +39,41 @@ Extendible Extendible::create(const Handle& loc, const std::string& name, const 
                          chunked_props(spec, where));
   e.row_dims_ = spec.row_dims;
   return e;
+}
+
+Extendible Extendible::open(const Handle& loc, const std::string& name) {
+  Extendible e;
+  e.ds_ = open_dataset(loc, name);
+  Handle space = dataset_space(e.ds_);
+  const int rank = H5Sget_simple_extent_ndims(space.id());
+  if (rank < 1) fail("use as a table of rows", e.ds_.where());
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  check_rc(H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr), "get the extent of", e.ds_.where());
+  e.rows_ = dims.front();
+  e.row_dims_.assign(dims.begin() + 1, dims.end());
+  return e;
+}
+
+void Extendible::truncate(hsize_t rows) {
+  if (rows > rows_)
+    throw Error(ErrorKind::Runtime, "HDF5: cannot trim " + ds_.where() + " to " + std::to_string(rows) +
+                                        " committed rows: it holds only " + std::to_string(rows_));
+  std::vector<hsize_t> extent{rows};
+  extent.insert(extent.end(), row_dims_.begin(), row_dims_.end());
+  check_rc(H5Dset_extent(ds_.id(), extent.data()), "trim to " + std::to_string(rows) + " rows", ds_.where());
+  rows_ = rows;
+}
+
+void Extendible::flush() { check_rc(H5Dflush(ds_.id()), "flush", ds_.where()); }
+
+void Extendible::read_at(hsize_t row, void* out, hid_t mem_type) const {
+  const std::string what = "read row " + std::to_string(row) + " of";
+  if (row >= rows_ || !row_dims_.empty()) fail(what, ds_.where());
+  Handle file_space = dataset_space(ds_);
+  const hsize_t one = 1;
+  check_rc(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, &row, nullptr, &one, nullptr), what, ds_.where());
+  Handle mem_space = create_space({1}, {1});
+  check_rc(H5Dread(ds_.id(), mem_type, mem_space.id(), file_space.id(), H5P_DEFAULT, out), what, ds_.where());
 }
 
 void Extendible::append(const void* data, hsize_t rows, hid_t mem_type) {

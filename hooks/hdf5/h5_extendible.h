@@ -26,11 +26,20 @@ class Extendible {
  public:
   Extendible() = default;
   static Extendible create(const Handle& loc, const std::string& name, const ExtendibleSpec& spec);
+  // An existing dataset (streaming reopen); rows() is its current extent.
+  static Extendible open(const Handle& loc, const std::string& name);
 
   // Appends `rows` contiguous rows of `mem_type` elements. The extent is only counted once the
   // write succeeded, so a failed append is overwritten by the next one.
   void append(const void* data, hsize_t rows, hid_t mem_type);
   hsize_t rows() const { return rows_; }
+  // Shrinks the extent to `rows` (resume drops uncommitted rows); more rows than the dataset
+  // holds means the file does not match its /progress, which is an error.
+  void truncate(hsize_t rows);
+  // Makes the dataset's data and metadata durable for a SWMR reader or a crash (H5Dflush).
+  void flush();
+  // Element `row` of a 1-D column.
+  void read_at(hsize_t row, void* out, hid_t mem_type) const;
   const Handle& handle() const { return ds_; }
   void close() { ds_.close(); }
 

@@ -35,6 +35,18 @@ StorageType make_storage_type(DType t, const Handle& types_group) {
   return s;
 }
 
+StorageType open_storage_type(DType t, const Handle& types_group) {
+  StorageType s;
+  s.dtype = t;
+  if (t == DType::f32) return s;
+  const std::string name(dtype_name(t));
+  const hid_t id = H5Topen2(types_group.id(), name.c_str(), H5P_DEFAULT);
+  s.committed = Handle(check_id(id, "open datatype", "'" + types_group.child(name) + "' in " + types_group.file()), H5Tclose,
+                       types_group.file(), types_group.child(name));
+  s.mem = make_half_type(t);
+  return s;
+}
+
 std::vector<std::uint16_t> to_half_bits(const float* values, std::size_t n, DType t) {
   std::vector<std::uint16_t> out(n);
   if (t == DType::bf16) {

@@ -28,6 +28,8 @@ struct StorageType {
 
 // For f16 and bf16, commits the type as `name` under `types_group`.
 StorageType make_storage_type(DType t, const Handle& types_group);
+// The same for a file written earlier (streaming reopen).
+StorageType open_storage_type(DType t, const Handle& types_group);
 
 // Rounds f32 values to f16 or bf16 bits, nearest even (sonde/dtype.h).
 std::vector<std::uint16_t> to_half_bits(const float* values, std::size_t n, DType t);

@@ -113,10 +113,29 @@ void Handle::reset() noexcept {
 
 hid_t Handle::release() noexcept { return std::exchange(id_, H5I_INVALID_HID); }
 
-Handle create_file(const std::string& path, bool truncate) {
-  // Default (earliest) format: toolchain §4 found it readable after a crash at every flush point.
-  const hid_t id = H5Fcreate(path.c_str(), truncate ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+namespace {
+
+Handle latest_format_access(const std::string& path) {
+  Handle fapl = create_props(H5P_FILE_ACCESS, "for " + path);
+  check_rc(H5Pset_libver_bounds(fapl.id(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), "select the latest format for", path);
+  return fapl;
+}
+
+}  // namespace
+
+Handle create_file(const std::string& path, bool truncate, bool latest) {
+  // Default (earliest) format for one-shot files: toolchain §4 found it readable after a crash at
+  // every flush point, and it is what the oldest readers know.
+  Handle fapl = latest ? latest_format_access(path) : Handle();
+  const hid_t id = H5Fcreate(path.c_str(), truncate ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT,
+                             fapl ? fapl.id() : H5P_DEFAULT);
   return Handle(check_id(id, "create file", path), H5Fclose, path, "");
+}
+
+Handle open_file(const std::string& path, unsigned flags) {
+  Handle fapl = latest_format_access(path);
+  const hid_t id = H5Fopen(path.c_str(), flags, fapl.id());
+  return Handle(check_id(id, "open file", path), H5Fclose, path, "");
 }
 
 namespace {
@@ -133,6 +152,16 @@ Handle child_handle(hid_t id, Handle::Closer closer, const Handle& loc, const st
 
 Handle open_group(const Handle& loc, const std::string& name) {
   return child_handle(H5Gopen2(loc.id(), name.c_str(), H5P_DEFAULT), H5Gclose, loc, name, "open group");
+}
+
+Handle open_dataset(const Handle& loc, const std::string& name) {
+  return child_handle(H5Dopen2(loc.id(), name.c_str(), H5P_DEFAULT), H5Dclose, loc, name, "open dataset");
+}
+
+bool has_link(const Handle& loc, const std::string& name) {
+  const htri_t r = H5Lexists(loc.id(), name.c_str(), H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  return r > 0;
 }
 
 Handle create_group(const Handle& loc, const std::string& name) {
@@ -200,6 +229,40 @@ void write_attr(const Handle& obj, const std::string& name, const std::vector<st
   Handle space = values.empty() ? Handle(check_id(H5Screate(H5S_NULL), "create", "a null dataspace"), H5Sclose, "", "")
                                 : create_space(dims, dims);
   write_scalar_attr(obj, name, H5T_NATIVE_INT64, values.data(), space);
+}
+
+bool has_attr(const Handle& obj, const std::string& name) {
+  const htri_t r = H5Aexists(obj.id(), name.c_str());
+  if (r < 0) fail("look for attribute '" + name + "' of", obj.where());
+  return r > 0;
+}
+
+namespace {
+
+Handle open_attr(const Handle& obj, const std::string& name) {
+  const hid_t a = H5Aopen(obj.id(), name.c_str(), H5P_DEFAULT);
+  return Handle(check_id(a, "open attribute '" + name + "' of", obj.where()), H5Aclose, obj.file(), obj.object());
+}
+
+}  // namespace
+
+std::string read_string_attr(const Handle& obj, const std::string& name) {
+  Handle attr = open_attr(obj, name);
+  Handle type = copy_type(H5T_C_S1, "for a string attribute");
+  check_rc(H5Tset_size(type.id(), H5T_VARIABLE), "set the size of a string type for", obj.where());
+  check_rc(H5Tset_cset(type.id(), H5T_CSET_UTF8), "set UTF-8 on a string type for", obj.where());
+  char* s = nullptr;
+  check_rc(H5Aread(attr.id(), type.id(), &s), "read attribute '" + name + "' of", obj.where());
+  std::string out = s ? s : "";
+  H5free_memory(s);
+  return out;
+}
+
+std::int64_t read_int_attr(const Handle& obj, const std::string& name) {
+  Handle attr = open_attr(obj, name);
+  std::int64_t v = 0;
+  check_rc(H5Aread(attr.id(), H5T_NATIVE_INT64, &v), "read attribute '" + name + "' of", obj.where());
+  return v;
 }
 
 }  // namespace sonde::h5

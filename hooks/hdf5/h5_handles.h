@@ -54,9 +54,15 @@ class Handle {
   std::string file_, object_;
 };
 
-// Files, groups, dataspaces, property lists, types.
-Handle create_file(const std::string& path, bool truncate);
+// Files, groups, dataspaces, property lists, types. `latest` selects the newest file format,
+// which SWMR needs (superblock v3); one-shot files keep the default (earliest) format.
+Handle create_file(const std::string& path, bool truncate, bool latest = false);
+// Opens with the newest format bounds; `flags` is H5F_ACC_RDONLY, H5F_ACC_RDWR, or
+// H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE.
+Handle open_file(const std::string& path, unsigned flags);
 Handle open_group(const Handle& loc, const std::string& name);
+Handle open_dataset(const Handle& loc, const std::string& name);
+bool has_link(const Handle& loc, const std::string& name);
 Handle create_group(const Handle& loc, const std::string& name);
 Handle create_space(const std::vector<hsize_t>& dims, const std::vector<hsize_t>& maxdims);
 Handle scalar_space();
@@ -74,5 +80,8 @@ Handle dataset_space(const Handle& dataset);
 void write_attr(const Handle& obj, const std::string& name, const std::string& value);
 void write_attr(const Handle& obj, const std::string& name, std::int64_t value);
 void write_attr(const Handle& obj, const std::string& name, const std::vector<std::int64_t>& values);
+bool has_attr(const Handle& obj, const std::string& name);
+std::string read_string_attr(const Handle& obj, const std::string& name);
+std::int64_t read_int_attr(const Handle& obj, const std::string& name);
 
 }  // namespace sonde::h5

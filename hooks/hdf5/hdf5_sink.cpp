@@ -1,37 +1,20 @@
 #include "hdf5_sink.h"
 
-#include "output_path.h"
-
 #include <sonde/error.h>
 #include <sonde/plugin.h>
 
-#include <set>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 namespace sonde::hdf5 {
 namespace {
 
-std::string shape_str(const std::vector<std::int64_t>& dims, bool leading_n) {
-  std::string s = leading_n ? "[N" : "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) s += (i || leading_n ? ", " : "") + std::to_string(dims[i]);
+std::string row_shape_str(const std::vector<std::int64_t>& dims) {
+  std::string s = "[N";
+  for (auto d : dims) s += ", " + std::to_string(d);
   return s + "]";
-}
-
-void check_hook(const HookPoint& h, const std::string& path) {
-  if (h.name.empty() || h.name.find('/') != std::string::npos || h.name == "." || h.name == "..")
-    bad_input("HDF5 sink {}: hook name '{}' cannot be a dataset name under /acts", path, h.name);
-  if (h.row_shape.size() + 1 > static_cast<std::size_t>(kMaxRank))
-    bad_input("HDF5 sink {}: hook '{}' has rows of rank {}; at most {} is supported", path, h.name,
-              h.row_shape.size(), kMaxRank - 1);
-  for (auto d : h.row_shape)
-    if (d <= 0) bad_input("HDF5 sink {}: hook '{}' has row shape {}", path, h.name, shape_str(h.row_shape, false));
-}
-
-void check_metadata(const RunMetadata& meta, const std::string& path) {
-  for (const char* reserved : {"schema", "complete"})
-    if (meta.strings.count(reserved) || meta.ints.count(reserved))
-      bad_input("HDF5 sink {}: root attribute '{}' is written by the sink and cannot be given", path, reserved);
-  for (const auto& [key, value] : meta.ints)
-    if (meta.strings.count(key)) bad_input("HDF5 sink {}: root attribute '{}' given as both string and integer", path, key);
 }
 
 struct NativeType {
@@ -49,93 +32,79 @@ NativeType native_type(DType t, const std::string& where) {
   }
 }
 
+// Rows in the storage type, owned, ready for the writer thread: the conversion runs on the
+// caller's thread, outside HDF5's global lock.
+struct StoredRows {
+  std::vector<float> f32;
+  std::vector<std::uint16_t> half;
+  const void* data() const { return half.empty() ? static_cast<const void*>(f32.data()) : half.data(); }
+  std::size_t bytes() const { return f32.size() * 4 + half.size() * 2; }
+};
+
+StoredRows to_storage(const TensorView& rows, DType storage) {
+  const bool as_is = rows.dtype == DType::f32 && rows.contiguous();
+  const Tensor copy = as_is ? Tensor() : to_f32(rows);
+  const float* values = as_is ? rows.as<const float>() : copy.data<float>();
+  const auto n = static_cast<std::size_t>(rows.numel());
+  StoredRows out;
+  if (storage == DType::f32)
+    out.f32.assign(values, values + n);
+  else
+    out.half = h5::to_half_bits(values, n, storage);
+  return out;
+}
+
+std::size_t prompt_bytes(const PromptRecord& p) {
+  return sizeof p + p.id.size() + p.text.size() + p.completion.size() + p.finish_reason.size() + p.token_ids.size() * 4;
+}
+
+std::size_t steps_bytes(const std::vector<StepRecord>& steps) {
+  std::size_t n = 0;
+  for (const auto& s : steps) n += sizeof s + s.canvas.size() * 4;
+  return n;
+}
+
+void fsync_file(const h5::Handle& file) {
+  void* handle = nullptr;
+  h5::check_rc(H5Fget_vfd_handle(file.id(), H5P_DEFAULT, &handle), "get the file descriptor of", file.where());
+  if (::fsync(*static_cast<int*>(handle)) != 0)
+    runtime_error("HDF5 sink: cannot fsync {}: {}", file.where(), std::strerror(errno));
+}
+
 }  // namespace
 
 Hdf5Sink::Hdf5Sink() { h5::skip_library_cleanup_at_exit(); }
 
 Hdf5Sink::~Hdf5Sink() {
-  // `complete` stays 0, so readers see a partial file.
+  // `complete` stays 0, so readers see a partial file; a streaming file keeps its last checkpoint.
   h5::silence_errors();
   abandon();
 }
 
 void Hdf5Sink::require_open(const char* op) const {
   if (!file_) runtime_error("HDF5 sink: {} called on a sink that is not open{}", op, path_.empty() ? "" : " (" + path_ + ")");
+  if (queue_) queue_->rethrow_if_failed();
 }
 
-CommitMark Hdf5Sink::open(const SinkOptions& options, const RunMetadata& meta, const std::vector<HookPoint>& hooks) {
-  if (options.streaming || options.resume || options.diffusion)
-    runtime_error("HDF5 sink: streaming, resume and /steps are not implemented yet ({})", options.path);
-  h5::silence_errors();
-  if (file_) runtime_error("HDF5 sink: open({}) called while {} is open", options.path, path_);
-  if (options.storage != DType::f32 && options.storage != DType::bf16 && options.storage != DType::f16)
-    bad_input("HDF5 sink {}: storage dtype {} is not one of f32, bf16, f16", options.path, dtype_name(options.storage));
-  std::set<std::string> names;
-  for (const auto& h : hooks) {
-    check_hook(h, options.path);
-    if (!names.insert(h.name).second) bad_input("HDF5 sink {}: hook '{}' selected twice", options.path, h.name);
-  }
-  check_metadata(meta, options.path);
-  check_output_path(options.path, options.overwrite);
-
-  path_ = options.path;
-  try {
-    file_ = h5::create_file(path_, options.overwrite);
-    write_root_attrs(meta);
-    types_group_ = h5::create_group(file_, "types");
-    storage_ = h5::make_storage_type(options.storage, types_group_);
-    create_acts(hooks, options.compress);
-    rows_.create(file_);
-    prompts_.create(file_);
-    prompt_row_start_ = 0;
-  } catch (...) {
-    abandon();  // a half-made file is left as it is (complete = 0), and the sink is not open
-    throw;
-  }
-  return {};
+void Hdf5Sink::submit(std::size_t bytes, WriteQueue::Job job) {
+  if (queue_)
+    queue_->push(bytes, std::move(job));
+  else
+    job();
 }
-
-void Hdf5Sink::add_steps(const std::vector<StepRecord>&) {
-  runtime_error("HDF5 sink: /steps is not implemented yet ({})", path_);
-}
-
-void Hdf5Sink::checkpoint(const CommitMark&) { flush(); }
 
 void Hdf5Sink::abandon() noexcept {
+  if (queue_) queue_->stop();  // before any handle closes: the writer thread may be using them
+  queue_.reset();
   acts_.clear();
   rows_ = {};
   prompts_ = {};
+  steps_ = {};
+  progress_ = {};
   storage_ = {};
   acts_group_.reset();
   types_group_.reset();
   file_.reset();
-}
-
-void Hdf5Sink::write_root_attrs(const RunMetadata& meta) {
-  for (const auto& [key, value] : meta.strings) h5::write_attr(file_, key, value);
-  for (const auto& [key, value] : meta.ints) h5::write_attr(file_, key, value);
-  h5::write_attr(file_, "schema", std::string(kSchema));
-  // Created now and set to 1 by close(): a file left by a crash or an exception reads as partial.
-  h5::write_attr(file_, "complete", std::int64_t{0});
-}
-
-void Hdf5Sink::create_acts(const std::vector<HookPoint>& hooks, bool compress) {
-  acts_group_ = h5::create_group(file_, "acts");
-  const std::string dtype(dtype_name(storage_.dtype));
-  for (const auto& h : hooks) {
-    h5::ExtendibleSpec spec;
-    spec.file_type = storage_.file_type();
-    spec.row_dims.assign(h.row_shape.begin(), h.row_shape.end());
-    std::size_t row_bytes = storage_.size();
-    for (auto d : h.row_shape) row_bytes *= static_cast<std::size_t>(d);
-    spec.chunk_rows = h5::chunk_rows_for(row_bytes);
-    spec.compress = compress;
-    Act act{h, h5::Extendible::create(acts_group_, h.name, spec)};
-    h5::write_attr(act.data.handle(), "hook", h.name);
-    h5::write_attr(act.data.handle(), "dtype", dtype);
-    h5::write_attr(act.data.handle(), "row_shape", h.row_shape);
-    acts_.emplace(h.name, std::move(act));
-  }
 }
 
 void Hdf5Sink::check_rows(const Act& act, const TensorView& rows) const {
@@ -144,7 +113,7 @@ void Hdf5Sink::check_rows(const Act& act, const TensorView& rows) const {
   for (std::size_t i = 0; ok && i < want.size(); ++i) ok = rows.shape[static_cast<int>(i) + 1] == want[i];
   if (!ok)
     runtime_error("HDF5 sink {}: hook '{}' got rows of shape {}, expected {}", path_, act.hook.name,
-                  rows.shape.str(), shape_str(want, true));
+                  rows.shape.str(), row_shape_str(want));
   if (!is_float(rows.dtype))
     runtime_error("HDF5 sink {}: hook '{}' got rows of dtype {}, expected a float type", path_, act.hook.name,
                   dtype_name(rows.dtype));
@@ -156,35 +125,43 @@ void Hdf5Sink::write(const TapRecord& rec, const TensorView& rows) {
   auto it = acts_.find(rec.hook);
   if (it == acts_.end()) runtime_error("HDF5 sink {}: hook '{}' was not selected at open", path_, rec.hook);
   check_rows(it->second, rows);
-  const bool as_is = rows.dtype == DType::f32 && rows.contiguous();
-  const Tensor copy = as_is ? Tensor() : to_f32(rows);
-  const float* values = as_is ? rows.as<const float>() : copy.data<float>();
+  auto stored = std::make_shared<StoredRows>(to_storage(rows, storage_.dtype));
   const auto n = static_cast<hsize_t>(rows.shape[0]);
-  if (storage_.dtype == DType::f32) {
-    it->second.data.append(values, n, storage_.mem_type());
-  } else {
-    const auto bits = h5::to_half_bits(values, static_cast<std::size_t>(rows.numel()), storage_.dtype);
-    it->second.data.append(bits.data(), n, storage_.mem_type());
-  }
+  Act* act = &it->second;
+  submit(stored->bytes(), [this, act, stored, n] { act->data.append(stored->data(), n, storage_.mem_type()); });
 }
 
 void Hdf5Sink::add_rows(const std::vector<RowRecord>& rows) {
   h5::silence_errors();
   require_open("add_rows");
-  rows_.append(rows);
+  counts_.rows_added += static_cast<std::int64_t>(rows.size());
+  submit(rows.size() * sizeof(RowRecord), [this, rows] { rows_.append(rows); });
+}
+
+void Hdf5Sink::add_steps(const std::vector<StepRecord>& steps) {
+  h5::silence_errors();
+  require_open("add_steps");
+  if (!steps_) runtime_error("HDF5 sink {}: add_steps needs a diffusion run (the file has no /steps)", path_);
+  counts_.steps_added += static_cast<std::int64_t>(steps.size());
+  submit(steps_bytes(steps), [this, steps] { steps_.append(steps); });
 }
 
 void Hdf5Sink::end_prompt(const PromptRecord& prompt) {
   h5::silence_errors();
   require_open("end_prompt");
-  const std::int64_t end = rows_.size();
-  prompts_.append(prompt, prompt_row_start_, end - prompt_row_start_);
-  prompt_row_start_ = end;
+  const std::int64_t start = counts_.rows, count = counts_.rows_added - counts_.rows;
+  counts_.rows = counts_.rows_added;
+  counts_.steps = counts_.steps_added;
+  ++counts_.prompts;
+  submit(prompt_bytes(prompt), [this, prompt, start, count] { prompts_.append(prompt, start, count); });
 }
 
 void Hdf5Sink::write_array(const std::string& path, const TensorView& data) {
   h5::silence_errors();
   require_open("write_array");
+  if (options_.streaming)
+    runtime_error("HDF5 sink {}: write_array('{}') is for one-shot files; a streaming file has only /acts, /rows, "
+                  "/prompts, /steps and /progress", path_, path);
   if (path.empty() || path == "/") runtime_error("HDF5 sink {}: write_array needs a dataset path", path_);
   const NativeType type = native_type(data.dtype, "'" + path + "' in " + path_);
   const Tensor copy = data.contiguous() ? Tensor() : Tensor::copy_of(data);
@@ -197,24 +174,77 @@ void Hdf5Sink::write_array(const std::string& path, const TensorView& data) {
   ds.close();
 }
 
+void Hdf5Sink::check_mark(const CommitMark& mark) const {
+  if (mark.prompts != counts_.prompts || mark.rows != counts_.rows)
+    runtime_error("HDF5 sink {}: checkpoint mark says {} prompts and {} rows, but {} prompts with {} rows were ended",
+                  path_, mark.prompts, mark.rows, counts_.prompts, counts_.rows);
+  if (mark.results_bytes < last_mark_.results_bytes)
+    runtime_error("HDF5 sink {}: checkpoint mark's results_bytes went back from {} to {}", path_,
+                  last_mark_.results_bytes, mark.results_bytes);
+}
+
+void Hdf5Sink::checkpoint(const CommitMark& mark) {
+  h5::silence_errors();
+  require_open("checkpoint");
+  if (!options_.streaming) return flush();
+  check_mark(mark);
+  const h5::ProgressValues v{mark.prompts, mark.rows, counts_.steps, mark.results_bytes};
+  queue_->push(0, [this, v] { write_checkpoint(v); });
+  queue_->drain();
+  last_mark_ = mark;
+}
+
+// Data first, then the mark: a crash between the two leaves the previous mark, which the data
+// on disk covers. Flushing each dataset is what makes SWMR files survive a kill (toolchain §4).
+void Hdf5Sink::write_checkpoint(const h5::ProgressValues& v) {
+  for (auto& [name, act] : acts_) act.data.flush();
+  rows_.flush();
+  prompts_.flush();
+  if (steps_) steps_.flush();
+  flush_file();
+  progress_.write(v);
+  flush_file();
+  if (options_.durable) fsync_file(file_);
+}
+
+void Hdf5Sink::flush_file() { h5::check_rc(H5Fflush(file_.id(), H5F_SCOPE_LOCAL), "flush", path_); }
+
 void Hdf5Sink::flush() {
   h5::silence_errors();
   require_open("flush");
-  h5::check_rc(H5Fflush(file_.id(), H5F_SCOPE_GLOBAL), "flush", path_);
+  submit(0, [this] { flush_file(); });
+  if (queue_) queue_->drain();
 }
 
 void Hdf5Sink::close() {
   h5::silence_errors();
   if (!file_) return;
-  h5::write_attr(file_, "complete", std::int64_t{1});
+  if (queue_) {
+    queue_->drain();
+    queue_->stop();  // from here on this thread is the only one calling HDF5
+    queue_.reset();
+  }
+  const bool covered = !options_.streaming || (last_mark_.prompts == counts_.prompts && counts_.rows_added == counts_.rows &&
+                                               counts_.steps_added == counts_.steps);
+  if (covered) {
+    h5::write_attr(file_, "complete", std::int64_t{1});
+    if (options_.streaming) flush_file();
+  }
   close_objects();
   file_.close();  // writes the remaining metadata: a full disk shows up here
+  if (!covered)
+    runtime_error("HDF5 sink {}: closed with {} prompts ended but only {} checkpointed ({} rows handed over, {} in "
+                  "ended prompts); the file is left incomplete, resumable from its last checkpoint",
+                  path_, counts_.prompts, last_mark_.prompts, counts_.rows_added, counts_.rows);
 }
 
 void Hdf5Sink::close_objects() {
   for (auto& [name, act] : acts_) act.data.close();
+  acts_.clear();
   rows_.close();
   prompts_.close();
+  if (steps_) steps_.close();
+  if (options_.streaming) progress_.close();
   storage_.committed.close();
   storage_.mem.close();
   acts_group_.close();
