@@ -16,6 +16,8 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
   desc.add_options()
       ("backend", po::value(&o.backend), "compute backend: reference, cpu-blas, ... (default: the fastest available)")
       ("threads", po::value(&o.threads)->default_value(0), "compute threads (0: all cores)")
+      ("weights", po::value(&o.weights)->default_value("native"),
+       "Linear weights: native (as stored) or q8 (int8 blocks, threaded backend; others ignore it)")
       ("plugin-dir", po::value(&o.plugin_dir), "look for plugins here first")
       ("log-level", po::value(&o.log_level)->default_value("warn"), "trace, debug, info, warn, error, off")
       ("config", po::value(&o.config_file), "read options from this file (key = value lines)");
@@ -47,7 +49,8 @@ bool parse_options(const std::vector<std::string>& args, const std::string& usag
 std::unique_ptr<Session> open_session(const CommonOptions& o) {
   init_logging(o.log_level);
   if (o.threads < 0) bad_input("--threads: {} is negative", o.threads);
-  return Session::open(SessionOptions{o.model, o.backend, o.threads, o.plugin_dir});
+  if (o.weights != "native" && o.weights != "q8") bad_input("--weights: '{}' is not native or q8", o.weights);
+  return Session::open(SessionOptions{o.model, o.backend, o.threads, o.plugin_dir, o.weights});
 }
 
 std::vector<std::int32_t> parse_id_list(const std::string& text, const std::string& option) {

@@ -16,6 +16,7 @@ namespace po = boost::program_options;
 struct CommonOptions {
   std::string model, backend, plugin_dir, log_level = "warn", config_file;
   int threads = 0;
+  std::string weights = "native";
 };
 
 // Adds --model (when with_model), --backend, --threads, --plugin-dir, --log-level, --config.

@@ -18,6 +18,7 @@ struct BackendInfo {
 
 struct BackendOptions {
   int threads = 0;  // 0: the backend's default (all cores)
+  std::string weights = "native";  // "native" or "q8" (int8 Linear weights; backends without it ignore it)
 };
 
 // How a weight may be split across ranks (used by the sharded backend; others ignore it).

@@ -19,6 +19,7 @@ struct SessionOptions {
   std::string backend;     // "" = the fastest available
   int threads = 0;
   std::string plugin_dir;
+  std::string weights = "native";  // BackendOptions::weights: "native" or "q8"
 };
 
 struct ForwardInput {

@@ -1,0 +1,61 @@
+#pragma once
+// The ISA-specific kernel table of the threaded backend. One table per instruction set
+// (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp), each TU compiled with its own
+// flags; isa.cpp picks one at run time. This header includes no sonde header on purpose: an
+// inline function instantiated in an AVX-512 TU could be merged by the linker and then run on a
+// CPU without AVX-512, so the ISA TUs see only plain C types and intrinsics.
+#include <cstdint>
+
+namespace sonde::threaded {
+
+// How a Linear weight's elements are stored (rows of K elements, row-major, any alignment).
+enum class WType : int { f32, f16, bf16 };
+
+// Int8 weight rows with one f32 scale per block of kQ8Block along K: w[n,k] ~ scale[n,b] * q[n,k]
+// (b = k / kQ8Block). Rows are padded with zeros to kp (a multiple of kQ8Block) elements.
+// wsum[n,b] = sum of the block's q, used by the VNNI kernel's unsigned-operand correction.
+constexpr std::int64_t kQ8Block = 32;
+struct Q8Rows {
+  const std::int8_t* q = nullptr;
+  const float* scale = nullptr;
+  const std::int32_t* wsum = nullptr;
+  std::int64_t kp = 0;
+};
+
+// Quantised activation rows with the same blocking: x[m,k] ~ scale[m,b] * q[m,k].
+struct Q8Act {
+  const std::int8_t* q = nullptr;
+  const float* scale = nullptr;
+  std::int64_t kp = 0;
+};
+
+struct Kernels {
+  const char* name;
+  int mr, nr;  // GEMM register tile: mr rows of x by nr columns of W
+
+  // y[m*ldy + n] = sum_k x[m*ldx + k] * W[n,k] for m < M, n0 <= n < n1 (f32 accumulation).
+  void (*gemv)(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
+               std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
+  // panel[k*nr + j] = f32(W[n0+j, k0+k]) for k < kc, j < nvalid; 0 for nvalid <= j < nr.
+  void (*pack)(const void* W, WType wt, std::int64_t K, std::int64_t n0, std::int64_t nvalid, std::int64_t k0,
+               std::int64_t kc, float* panel);
+  // y[m*ldy + j] (+)= sum_{k<kc} x[m*ldx + k] * panel[k*nr + j] for m < mr (<= Kernels::mr), j < nvalid.
+  void (*micro)(const float* x, std::int64_t ldx, int mr, const float* panel, std::int64_t kc, float* y,
+                std::int64_t ldy, std::int64_t nvalid, bool accumulate);
+  // y[m*ldy + n] = sum_b xs[m,b] ws[n,b] sum_{k in b} xq[m,k] wq[n,k] for m < M, n0 <= n < n1.
+  void (*q8_gemv)(const Q8Act& x, std::int64_t M, const Q8Rows& w, std::int64_t n0, std::int64_t n1, float* y,
+                  std::int64_t ldy);
+  // Quantises one row of K floats to kp int8 (zero padded): scale = max|x_b| / 127, q = round(x / scale).
+  void (*q8_quantize)(const float* x, std::int64_t K, std::int64_t kp, std::int8_t* q, float* scale);
+  float (*dot)(const float* a, const float* b, std::int64_t n);  // sum a[i] b[i]
+  void (*axpy)(float a, const float* x, float* y, std::int64_t n);  // y += a x
+  void (*scale)(float a, float* y, std::int64_t n);                 // y *= a
+  void (*silu_mul)(const float* g, const float* u, float* y, std::int64_t n);  // y = g / (1 + e^-g) * u
+  void (*add)(const float* a, const float* b, float* y, std::int64_t n);
+};
+
+const Kernels& kernels_scalar();
+const Kernels& kernels_avx2();
+const Kernels& kernels_avx512();
+
+}  // namespace sonde::threaded

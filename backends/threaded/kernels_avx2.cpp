@@ -1,0 +1,209 @@
+// AVX2 + FMA + F16C kernels (flags set per file in CMakeLists.txt); the path for x86-64 CPUs
+// without AVX-512 VNNI. Same contracts as kernels.h; no sonde or standard-library inline code.
+#include "kernels.h"
+
+#include <immintrin.h>
+
+namespace sonde::threaded {
+namespace {
+
+using i64 = std::int64_t;
+
+// 8 weights from element index i widened to f32 (bf16: exact 16-bit shift; f16: vcvtph2ps).
+template <WType T> inline __m256 ld(const void* W, i64 i) {
+  if constexpr (T == WType::f32) {
+    return _mm256_loadu_ps(static_cast<const float*>(W) + i);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(W) + i));
+    if constexpr (T == WType::bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+  }
+}
+
+// The first n (< 8) elements, zero beyond: copied through a small buffer (AVX2 has no masked
+// 16-bit load, and reading past the end of a mapped weight is not allowed).
+template <WType T> inline __m256 ld_tail(const void* W, i64 i, i64 n) {
+  if constexpr (T == WType::f32) {
+    alignas(32) float b[8] = {};
+    for (i64 j = 0; j < n; ++j) b[j] = static_cast<const float*>(W)[i + j];
+    return _mm256_load_ps(b);
+  } else {
+    alignas(16) std::uint16_t b[8] = {};
+    for (i64 j = 0; j < n; ++j) b[j] = static_cast<const std::uint16_t*>(W)[i + j];
+    return ld<T>(b, 0);
+  }
+}
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+template <WType T, int R> inline void rows_dot(const float* x, const void* W, i64 K, i64 n, float* out) {
+  __m256 a[R][2];
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
+  i64 k = 0;
+  for (; k + 16 <= K; k += 16) {
+    const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+    for (int r = 0; r < R; ++r) {
+      a[r][0] = _mm256_fmadd_ps(ld<T>(W, (n + r) * K + k), x0, a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(ld<T>(W, (n + r) * K + k + 8), x1, a[r][1]);
+    }
+  }
+  for (; k < K; k += 8) {
+    const i64 c = K - k < 8 ? K - k : 8;
+    const __m256 x0 = ld_tail<WType::f32>(x, k, c);
+    for (int r = 0; r < R; ++r) a[r][0] = _mm256_fmadd_ps(ld_tail<T>(W, (n + r) * K + k, c), x0, a[r][0]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum(_mm256_add_ps(a[r][0], a[r][1]));
+}
+
+template <WType T>
+void gemv_t(const float* x, i64 M, i64 ldx, const void* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
+  float t[4];
+  i64 n = n0;
+  for (; n + 4 <= n1; n += 4)
+    for (i64 m = 0; m < M; ++m) {
+      rows_dot<T, 4>(x + m * ldx, W, K, n, t);
+      for (int r = 0; r < 4; ++r) y[m * ldy + n + r] = t[r];
+    }
+  for (; n < n1; ++n)
+    for (i64 m = 0; m < M; ++m) rows_dot<T, 1>(x + m * ldx, W, K, n, y + m * ldy + n);
+}
+
+void gemv(const float* x, i64 M, i64 ldx, const void* W, WType wt, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
+  switch (wt) {
+    case WType::f32: return gemv_t<WType::f32>(x, M, ldx, W, K, n0, n1, y, ldy);
+    case WType::f16: return gemv_t<WType::f16>(x, M, ldx, W, K, n0, n1, y, ldy);
+    case WType::bf16: return gemv_t<WType::bf16>(x, M, ldx, W, K, n0, n1, y, ldy);
+  }
+}
+
+constexpr int kMr = 6, kNr = 16;
+
+// panel[k][16] from 16 rows of W: each row's 8 k-values are widened into a tile, then copied down.
+template <WType T> void pack_t(const void* W, i64 K, i64 n0, i64 nvalid, i64 k0, i64 kc, float* panel) {
+  alignas(32) float tile[kNr][8];
+  for (i64 k = 0; k < kc; k += 8) {
+    const i64 c = kc - k < 8 ? kc - k : 8;
+    for (i64 j = 0; j < kNr; ++j) {
+      const i64 at = (n0 + j) * K + k0 + k;
+      _mm256_store_ps(tile[j], j >= nvalid ? _mm256_setzero_ps() : c == 8 ? ld<T>(W, at) : ld_tail<T>(W, at, c));
+    }
+    for (i64 kk = 0; kk < c; ++kk)
+      for (i64 j = 0; j < kNr; ++j) panel[(k + kk) * kNr + j] = tile[j][kk];
+  }
+}
+
+void pack(const void* W, WType wt, i64 K, i64 n0, i64 nvalid, i64 k0, i64 kc, float* panel) {
+  switch (wt) {
+    case WType::f32: return pack_t<WType::f32>(W, K, n0, nvalid, k0, kc, panel);
+    case WType::f16: return pack_t<WType::f16>(W, K, n0, nvalid, k0, kc, panel);
+    case WType::bf16: return pack_t<WType::bf16>(W, K, n0, nvalid, k0, kc, panel);
+  }
+}
+
+template <int MR>
+void micro_t(const float* x, i64 ldx, const float* panel, i64 kc, float* y, i64 ldy, i64 nvalid, bool accumulate) {
+  __m256 c[MR][2];
+  for (int m = 0; m < MR; ++m) c[m][0] = c[m][1] = _mm256_setzero_ps();
+  for (i64 k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(panel + k * kNr), b1 = _mm256_loadu_ps(panel + k * kNr + 8);
+    for (int m = 0; m < MR; ++m) {
+      const __m256 a = _mm256_broadcast_ss(x + m * ldx + k);
+      c[m][0] = _mm256_fmadd_ps(a, b0, c[m][0]);
+      c[m][1] = _mm256_fmadd_ps(a, b1, c[m][1]);
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    alignas(32) float t[kNr];
+    _mm256_store_ps(t, c[m][0]);
+    _mm256_store_ps(t + 8, c[m][1]);
+    float* row = y + m * ldy;
+    for (i64 j = 0; j < nvalid; ++j) row[j] = accumulate ? row[j] + t[j] : t[j];
+  }
+}
+
+void micro(const float* x, i64 ldx, int mr, const float* panel, i64 kc, float* y, i64 ldy, i64 nvalid, bool acc) {
+  switch (mr) {
+    case 1: return micro_t<1>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    case 2: return micro_t<2>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    case 3: return micro_t<3>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    case 4: return micro_t<4>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    case 5: return micro_t<5>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    default: return micro_t<6>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+  }
+}
+
+// sum x*w over one 32-byte block with vpmaddubsw, which needs an unsigned operand: |x| times
+// sign(x)*w (|x|, |w| <= 127, so a pair sum <= 2*127*127 fits int16), then pairs to int32.
+inline __m256 q8_block(const std::int8_t* xq, const std::int8_t* wq, float s, __m256 acc) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq));
+  const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(x), _mm256_sign_epi8(w, x));
+  const __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(s), acc);
+}
+
+void q8_gemv(const Q8Act& x, i64 M, const Q8Rows& w, i64 n0, i64 n1, float* y, i64 ldy) {
+  const i64 nb = w.kp / kQ8Block;
+  for (i64 n = n0; n < n1; ++n)
+    for (i64 m = 0; m < M; ++m) {
+      __m256 acc = _mm256_setzero_ps();
+      for (i64 b = 0; b < nb; ++b)
+        acc = q8_block(x.q + m * x.kp + b * 32, w.q + n * w.kp + b * 32, x.scale[m * nb + b] * w.scale[n * nb + b], acc);
+      y[m * ldy + n] = hsum(acc);
+    }
+}
+
+void q8_quantize(const float* x, i64 K, i64 kp, std::int8_t* q, float* scale) {
+  for (i64 b = 0; b * kQ8Block < kp; ++b) {
+    const i64 lo = b * kQ8Block, hi = lo + kQ8Block;
+    float amax = 0;
+    for (i64 i = lo; i < hi && i < K; ++i) amax = __builtin_fmaxf(amax, __builtin_fabsf(x[i]));
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    scale[b] = amax / 127.0f;
+    for (i64 i = lo; i < hi; ++i) q[i] = i < K ? static_cast<std::int8_t>(__builtin_nearbyintf(x[i] * inv)) : 0;
+  }
+}
+
+float dot(const float* a, const float* b, i64 n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+  }
+  float r = hsum(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
+}
+
+void axpy(float a, const float* x, float* y, i64 n) {
+  i64 i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_set1_ps(a), _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+void scale(float a, float* y, i64 n) {
+  for (i64 i = 0; i < n; ++i) y[i] *= a;
+}
+
+void silu_mul(const float* g, const float* u, float* y, i64 n) {
+  for (i64 i = 0; i < n; ++i) y[i] = g[i] / (1.0f + __builtin_expf(-g[i])) * u[i];
+}
+
+void add(const float* a, const float* b, float* y, i64 n) {
+  for (i64 i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+}  // namespace
+
+const Kernels& kernels_avx2() {
+  static const Kernels k{"avx2", kMr, kNr, gemv, pack, micro, q8_gemv, q8_quantize, dot, axpy, scale, silu_mul, add};
+  return k;
+}
+
+}  // namespace sonde::threaded

@@ -1,0 +1,272 @@
+// AVX-512 kernels (F, BW, VL, VNNI, FMA; compile flags set per file in CMakeLists.txt). Only
+// called after isa.cpp has checked the CPU. No sonde or standard-library inline code here (see
+// kernels.h): everything is intrinsics and functions with internal linkage.
+#include "kernels.h"
+
+#include <immintrin.h>
+
+namespace sonde::threaded {
+namespace {
+
+using i64 = std::int64_t;
+
+// Mask of the first n (0..16) lanes.
+inline __mmask16 lanes(i64 n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
+
+// 16 weights from element index i widened to f32: bf16 is the high half of an f32, so a 16-bit
+// shift left is exact; f16 goes through vcvtph2ps. Unaligned loads (safetensors data).
+template <WType T> inline __m512 ld(const void* W, i64 i) {
+  if constexpr (T == WType::f32) {
+    return _mm512_loadu_ps(static_cast<const float*>(W) + i);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(W) + i));
+    if constexpr (T == WType::bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+  }
+}
+template <WType T> inline __m512 ldm(const void* W, i64 i, __mmask16 m) {
+  if constexpr (T == WType::f32) {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(W) + i);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const std::uint16_t*>(W) + i);
+    if constexpr (T == WType::bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+  }
+}
+
+// out[r] = dot(x, W[n+r]) for r < R. Two accumulators per row keep 2R FMA chains in flight; the
+// summation order depends only on K, so every row is computed the same way wherever it falls.
+template <WType T, int R> inline void rows_dot(const float* x, const void* W, i64 K, i64 n, float* out) {
+  __m512 a[R][2];
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
+  i64 k = 0;
+  for (; k + 32 <= K; k += 32) {
+    const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+    for (int r = 0; r < R; ++r) {
+      a[r][0] = _mm512_fmadd_ps(ld<T>(W, (n + r) * K + k), x0, a[r][0]);
+      a[r][1] = _mm512_fmadd_ps(ld<T>(W, (n + r) * K + k + 16), x1, a[r][1]);
+    }
+  }
+  for (; k < K; k += 16) {
+    const __mmask16 m = lanes(K - k);
+    const __m512 x0 = _mm512_maskz_loadu_ps(m, x + k);
+    for (int r = 0; r < R; ++r) a[r][0] = _mm512_fmadd_ps(ldm<T>(W, (n + r) * K + k, m), x0, a[r][0]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
+}
+
+template <WType T>
+void gemv_t(const float* x, i64 M, i64 ldx, const void* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
+  float t[4];
+  i64 n = n0;
+  for (; n + 4 <= n1; n += 4)
+    for (i64 m = 0; m < M; ++m) {
+      rows_dot<T, 4>(x + m * ldx, W, K, n, t);
+      for (int r = 0; r < 4; ++r) y[m * ldy + n + r] = t[r];
+    }
+  for (; n < n1; ++n)
+    for (i64 m = 0; m < M; ++m) rows_dot<T, 1>(x + m * ldx, W, K, n, y + m * ldy + n);
+}
+
+void gemv(const float* x, i64 M, i64 ldx, const void* W, WType wt, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
+  switch (wt) {
+    case WType::f32: return gemv_t<WType::f32>(x, M, ldx, W, K, n0, n1, y, ldy);
+    case WType::f16: return gemv_t<WType::f16>(x, M, ldx, W, K, n0, n1, y, ldy);
+    case WType::bf16: return gemv_t<WType::bf16>(x, M, ldx, W, K, n0, n1, y, ldy);
+  }
+}
+
+constexpr int kMr = 8, kNr = 32;
+
+// Widens a [32 rows x kc] block of W into panel[k][32]: 16 k-values per row are converted into a
+// row-major 32x16 tile, then each k becomes one panel row by two gathers down the tile's columns.
+template <WType T> void pack_t(const void* W, i64 K, i64 n0, i64 nvalid, i64 k0, i64 kc, float* panel) {
+  alignas(64) float tile[kNr * 16];
+  const __m512i col = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                         _mm512_set1_epi32(16));
+  for (i64 k = 0; k < kc; k += 16) {
+    const __mmask16 m = lanes(kc - k);
+    for (i64 j = 0; j < kNr; ++j)
+      _mm512_store_ps(tile + j * 16, j < nvalid ? ldm<T>(W, (n0 + j) * K + k0 + k, m) : _mm512_setzero_ps());
+    const i64 kk_end = kc - k < 16 ? kc - k : 16;
+    for (i64 kk = 0; kk < kk_end; ++kk) {
+      _mm512_storeu_ps(panel + (k + kk) * kNr, _mm512_i32gather_ps(col, tile + kk, 4));
+      _mm512_storeu_ps(panel + (k + kk) * kNr + 16, _mm512_i32gather_ps(col, tile + 16 * 16 + kk, 4));
+    }
+  }
+}
+
+void pack(const void* W, WType wt, i64 K, i64 n0, i64 nvalid, i64 k0, i64 kc, float* panel) {
+  switch (wt) {
+    case WType::f32: return pack_t<WType::f32>(W, K, n0, nvalid, k0, kc, panel);
+    case WType::f16: return pack_t<WType::f16>(W, K, n0, nvalid, k0, kc, panel);
+    case WType::bf16: return pack_t<WType::bf16>(W, K, n0, nvalid, k0, kc, panel);
+  }
+}
+
+// MR x 32 register tile: per k, two panel vectors and MR broadcasts of x feed 2*MR FMAs.
+template <int MR>
+void micro_t(const float* x, i64 ldx, const float* panel, i64 kc, float* y, i64 ldy, i64 nvalid, bool accumulate) {
+  __m512 c[MR][2];
+  for (int m = 0; m < MR; ++m) c[m][0] = c[m][1] = _mm512_setzero_ps();
+  for (i64 k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(panel + k * kNr), b1 = _mm512_loadu_ps(panel + k * kNr + 16);
+    for (int m = 0; m < MR; ++m) {
+      const __m512 a = _mm512_set1_ps(x[m * ldx + k]);
+      c[m][0] = _mm512_fmadd_ps(a, b0, c[m][0]);
+      c[m][1] = _mm512_fmadd_ps(a, b1, c[m][1]);
+    }
+  }
+  const __mmask16 m0 = lanes(nvalid), m1 = lanes(nvalid > 16 ? nvalid - 16 : 0);
+  for (int m = 0; m < MR; ++m) {
+    float* row = y + m * ldy;
+    if (accumulate) {
+      c[m][0] = _mm512_add_ps(c[m][0], _mm512_maskz_loadu_ps(m0, row));
+      c[m][1] = _mm512_add_ps(c[m][1], _mm512_maskz_loadu_ps(m1, row + 16));
+    }
+    _mm512_mask_storeu_ps(row, m0, c[m][0]);
+    _mm512_mask_storeu_ps(row + 16, m1, c[m][1]);
+  }
+}
+
+void micro(const float* x, i64 ldx, int mr, const float* panel, i64 kc, float* y, i64 ldy, i64 nvalid, bool acc) {
+  switch (mr) {
+    case 1: return micro_t<1>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    case 2: return micro_t<2>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    case 3: return micro_t<3>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    case 4: return micro_t<4>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    case 5: return micro_t<5>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    case 6: return micro_t<6>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    case 7: return micro_t<7>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+    default: return micro_t<8>(x, ldx, panel, kc, y, ldy, nvalid, acc);
+  }
+}
+
+// One 32-element block: vpdpbusd multiplies unsigned bytes by signed bytes, so x is offset to
+// x + 128 (xor 0x80) and the offset's contribution 128 * sum(w_block) is subtracted exactly by
+// starting lane 0 of the int32 accumulator at -128 * wsum: the lane sum is sum(x*w) exactly.
+inline __m256 q8_block(__m256i xu, const std::int8_t* wq, std::int32_t wsum, float s, __m256 acc) {
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq));
+  const __m256i d = _mm256_dpbusd_epi32(_mm256_zextsi128_si256(_mm_cvtsi32_si128(-128 * wsum)), xu, w);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(s), acc);
+}
+
+inline float hsum256(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+void q8_gemv(const Q8Act& x, i64 M, const Q8Rows& w, i64 n0, i64 n1, float* y, i64 ldy) {
+  const i64 nb = w.kp / kQ8Block;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (i64 n = n0; n < n1; ++n)
+    for (i64 m = 0; m < M; ++m) {
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+      const std::int8_t* xq = x.q + m * x.kp;
+      const float* xs = x.scale + m * nb;
+      i64 b = 0;
+      for (; b + 2 <= nb; b += 2) {
+        const __m256i xu0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32)), flip);
+        const __m256i xu1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32 + 32)), flip);
+        acc0 = q8_block(xu0, w.q + n * w.kp + b * 32, w.wsum[n * nb + b], xs[b] * w.scale[n * nb + b], acc0);
+        acc1 = q8_block(xu1, w.q + n * w.kp + b * 32 + 32, w.wsum[n * nb + b + 1], xs[b + 1] * w.scale[n * nb + b + 1], acc1);
+      }
+      if (b < nb) {
+        const __m256i xu = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32)), flip);
+        acc0 = q8_block(xu, w.q + n * w.kp + b * 32, w.wsum[n * nb + b], xs[b] * w.scale[n * nb + b], acc0);
+      }
+      y[m * ldy + n] = hsum256(_mm256_add_ps(acc0, acc1));
+    }
+}
+
+// scale = max|x_b| / 127 and q = round-to-nearest-even(x * 127 / max|x_b|), as the scalar kernel.
+void q8_quantize(const float* x, i64 K, i64 kp, std::int8_t* q, float* scale) {
+  for (i64 b = 0; b * kQ8Block < kp; ++b) {
+    const i64 lo = b * kQ8Block;
+    const i64 n0 = K - lo, n1 = K - lo - 16;
+    const __m512 v0 = _mm512_maskz_loadu_ps(lanes(n0 > 0 ? n0 : 0), x + lo);
+    const __m512 v1 = _mm512_maskz_loadu_ps(lanes(n1 > 0 ? n1 : 0), x + lo + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    scale[b] = amax / 127.0f;
+    const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + lo), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + lo + 16), _mm512_cvtepi32_epi8(q1));
+  }
+}
+
+float dot(const float* a, const float* b, i64 n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  i64 i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = lanes(n - i);
+    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+void axpy(float a, const float* x, float* y, i64 n) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (i64 i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+void scale(float a, float* y, i64 n) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (i64 i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+// e^v = 2^t with t = v log2(e) = n + f, |f| <= 1/2: 2^f = e^(f ln 2) by its degree-7 Taylor
+// polynomial (relative error < 2e-9 on |f ln 2| <= 0.35), then scaled by 2^n (vscalefps, which
+// saturates to 0 and inf).
+inline __m512 exp512(__m512 v) {
+  const __m512 t = _mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 y = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147180559945309f));
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+void silu_mul(const float* g, const float* u, float* y, i64 n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (i64 i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes(n - i);
+    const __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+    const __m512 s = _mm512_div_ps(gv, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + i)));
+  }
+}
+
+void add(const float* a, const float* b, float* y, i64 n) {
+  for (i64 i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+  }
+}
+
+}  // namespace
+
+const Kernels& kernels_avx512() {
+  static const Kernels k{"avx512", kMr, kNr, gemv, pack, micro, q8_gemv, q8_quantize, dot, axpy, scale, silu_mul, add};
+  return k;
+}
+
+}  // namespace sonde::threaded

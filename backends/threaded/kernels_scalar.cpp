@@ -1,0 +1,108 @@
+// Portable kernels (no ISA flags): the fallback on any x86-64 and the model the SIMD TUs follow.
+#include "kernels.h"
+
+#include <sonde/dtype.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace sonde::threaded {
+namespace {
+
+float load_w(const void* W, WType wt, std::int64_t i) {
+  const auto* p = static_cast<const unsigned char*>(W);
+  if (wt == WType::f32) {
+    float f;
+    std::memcpy(&f, p + i * 4, 4);  // safetensors data may be unaligned
+    return f;
+  }
+  std::uint16_t h;
+  std::memcpy(&h, p + i * 2, 2);
+  return wt == WType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+void gemv(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K, std::int64_t n0,
+          std::int64_t n1, float* y, std::int64_t ldy) {
+  for (std::int64_t n = n0; n < n1; ++n)
+    for (std::int64_t m = 0; m < M; ++m) {
+      float acc = 0;
+      for (std::int64_t k = 0; k < K; ++k) acc += x[m * ldx + k] * load_w(W, wt, n * K + k);
+      y[m * ldy + n] = acc;
+    }
+}
+
+constexpr int kNr = 16;
+
+void pack(const void* W, WType wt, std::int64_t K, std::int64_t n0, std::int64_t nvalid, std::int64_t k0,
+          std::int64_t kc, float* panel) {
+  for (std::int64_t j = 0; j < kNr; ++j)
+    for (std::int64_t k = 0; k < kc; ++k)
+      panel[k * kNr + j] = j < nvalid ? load_w(W, wt, (n0 + j) * K + k0 + k) : 0.0f;
+}
+
+void micro(const float* x, std::int64_t ldx, int mr, const float* panel, std::int64_t kc, float* y, std::int64_t ldy,
+           std::int64_t nvalid, bool accumulate) {
+  for (int m = 0; m < mr; ++m) {
+    float acc[kNr] = {};
+    for (std::int64_t k = 0; k < kc; ++k)
+      for (int j = 0; j < kNr; ++j) acc[j] += x[m * ldx + k] * panel[k * kNr + j];
+    for (std::int64_t j = 0; j < nvalid; ++j) y[m * ldy + j] = accumulate ? y[m * ldy + j] + acc[j] : acc[j];
+  }
+}
+
+void q8_gemv(const Q8Act& x, std::int64_t M, const Q8Rows& w, std::int64_t n0, std::int64_t n1, float* y,
+             std::int64_t ldy) {
+  const std::int64_t nb = w.kp / kQ8Block;
+  for (std::int64_t n = n0; n < n1; ++n)
+    for (std::int64_t m = 0; m < M; ++m) {
+      float acc = 0;
+      for (std::int64_t b = 0; b < nb; ++b) {
+        std::int32_t dp = 0;
+        for (std::int64_t i = b * kQ8Block; i < (b + 1) * kQ8Block; ++i) dp += x.q[m * x.kp + i] * w.q[n * w.kp + i];
+        acc += static_cast<float>(dp) * (x.scale[m * nb + b] * w.scale[n * nb + b]);
+      }
+      y[m * ldy + n] = acc;
+    }
+}
+
+void q8_quantize(const float* x, std::int64_t K, std::int64_t kp, std::int8_t* q, float* scale) {
+  for (std::int64_t b = 0; b * kQ8Block < kp; ++b) {
+    const std::int64_t lo = b * kQ8Block, hi = lo + kQ8Block;
+    float amax = 0;
+    for (std::int64_t i = lo; i < hi && i < K; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    const float s = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+    scale[b] = s;
+    for (std::int64_t i = lo; i < hi; ++i) q[i] = i < K ? static_cast<std::int8_t>(std::nearbyint(x[i] * inv)) : 0;
+  }
+}
+
+float dot(const float* a, const float* b, std::int64_t n) {
+  float acc = 0;
+  for (std::int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+void axpy(float a, const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void scale(float a, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] *= a;
+}
+
+void silu_mul(const float* g, const float* u, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void add(const float* a, const float* b, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+}  // namespace
+
+const Kernels& kernels_scalar() {
+  static const Kernels k{"scalar", 4, kNr, gemv, pack, micro, q8_gemv, q8_quantize, dot, axpy, scale, silu_mul, add};
+  return k;
+}
+
+}  // namespace sonde::threaded

@@ -1,0 +1,33 @@
+#pragma once
+// The threaded backend's op drivers: shape checks from op_checks.h, the work split into tasks
+// on the pool, the arithmetic in the selected ISA's kernels. Inputs are dense; activations are
+// f32 (the backend widens others first); Linear weights and the embedding table may be
+// f32/f16/bf16 views used in place.
+#include "kernels.h"
+#include "op_checks.h"
+#include "q8.h"
+#include "thread_pool.h"
+
+namespace sonde::threaded {
+
+struct Ctx {
+  ThreadPool& pool;
+  const Kernels& k;
+};
+
+// Runs fn(lo, hi) over [0, n) in chunks of `chunk` on the pool.
+template <typename Fn> void for_chunks(ThreadPool& pool, std::int64_t n, std::int64_t chunk, const Fn& fn) {
+  const std::int64_t tasks = (n + chunk - 1) / chunk;
+  pool.run(tasks, [&](std::int64_t t, int) { fn(t * chunk, std::min(n, (t + 1) * chunk)); });
+}
+
+void embedding(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
+void rms_norm(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
+void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8);
+void rope(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
+void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
+void add(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
+void silu_mul(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
+void copy_op(const Node& n, ops::Inputs in, const TensorView& out);  // Reshape and Concat (bytes)
+
+}  // namespace sonde::threaded

@@ -1,0 +1,122 @@
+// Linear y[M,N] = x[M,K] W[N,K]^T + b with W used in place (f32/f16/bf16) or as q8 blocks.
+// Work is split over column blocks of N (and row chunks of M when there are few column blocks);
+// K is never split, and its summation order is fixed by the kernels and kKc alone, so the result
+// is bit-identical for any thread count and schedule.
+#include "ops.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace sonde::threaded {
+
+namespace {
+
+constexpr std::int64_t kGemvRows = 32;    // W rows per GEMV task
+constexpr std::int64_t kNc = 64;          // GEMM columns per task (a multiple of every ISA's nr)
+constexpr std::int64_t kKc = 256;         // GEMM K block: an nr x kKc f32 panel stays in L1/L2
+constexpr std::int64_t kGemmMinRows = 4;  // below this, GEMV (reading W once per x row from cache)
+constexpr std::int64_t kQ8Rows = 16;      // x rows per q8 pass over a task's W rows (they stay in L2)
+
+WType wtype(DType t) { return t == DType::f32 ? WType::f32 : t == DType::f16 ? WType::f16 : WType::bf16; }
+
+struct Job {
+  const float* x;
+  const void* W;
+  WType wt;
+  const float* bias;  // or null
+  float* y;
+  std::int64_t M, K, N;
+};
+
+void add_bias(const Job& j, std::int64_t m0, std::int64_t m1, std::int64_t n0, std::int64_t n1) {
+  if (!j.bias) return;
+  for (std::int64_t m = m0; m < m1; ++m)
+    for (std::int64_t n = n0; n < n1; ++n) j.y[m * j.N + n] += j.bias[n];
+}
+
+// One GEMM task: columns [n0, n1), rows [m0, m1). Per K block, the task's W columns are widened
+// into nr-wide f32 panels once and reused by every mr-row tile of x.
+void gemm_task(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1, std::int64_t m0, std::int64_t m1,
+               std::vector<float>& panel) {
+  const std::int64_t panels = (n1 - n0 + k.nr - 1) / k.nr;
+  panel.resize(static_cast<std::size_t>(panels * k.nr * kKc));
+  for (std::int64_t k0 = 0; k0 < j.K; k0 += kKc) {
+    const std::int64_t kc = std::min(kKc, j.K - k0);
+    for (std::int64_t p = 0; p < panels; ++p) {
+      const std::int64_t c0 = n0 + p * k.nr;
+      k.pack(j.W, j.wt, j.K, c0, std::min<std::int64_t>(k.nr, n1 - c0), k0, kc, panel.data() + p * k.nr * kKc);
+    }
+    for (std::int64_t m = m0; m < m1; m += k.mr) {
+      const int mr = static_cast<int>(std::min<std::int64_t>(k.mr, m1 - m));
+      for (std::int64_t p = 0; p < panels; ++p) {
+        const std::int64_t c0 = n0 + p * k.nr;
+        k.micro(j.x + m * j.K + k0, j.K, mr, panel.data() + p * k.nr * kKc, kc, j.y + m * j.N + c0, j.N,
+                std::min<std::int64_t>(k.nr, n1 - c0), k0 > 0);
+      }
+    }
+  }
+  add_bias(j, m0, m1, n0, n1);
+}
+
+void gemm(const Ctx& c, const Job& j) {
+  const std::int64_t nblocks = (j.N + kNc - 1) / kNc;
+  // Enough tasks to keep every thread busy: split M into row chunks (multiples of mr) if needed.
+  const std::int64_t want = 4 * c.pool.size();
+  std::int64_t mchunks = std::clamp<std::int64_t>((want + nblocks - 1) / nblocks, 1, (j.M + c.k.mr - 1) / c.k.mr);
+  const std::int64_t mrows = ((j.M + mchunks - 1) / mchunks + c.k.mr - 1) / c.k.mr * c.k.mr;
+  mchunks = (j.M + mrows - 1) / mrows;
+  std::vector<std::vector<float>> panels(static_cast<std::size_t>(c.pool.size()));
+  c.pool.run(nblocks * mchunks, [&](std::int64_t t, int worker) {
+    const std::int64_t nb = t / mchunks, mc = t % mchunks;
+    gemm_task(c.k, j, nb * kNc, std::min(j.N, (nb + 1) * kNc), mc * mrows, std::min(j.M, (mc + 1) * mrows),
+              panels[static_cast<std::size_t>(worker)]);
+  });
+}
+
+void gemv(const Ctx& c, const Job& j) {
+  for_chunks(c.pool, j.N, kGemvRows, [&](std::int64_t n0, std::int64_t n1) {
+    c.k.gemv(j.x, j.M, j.K, j.W, j.wt, j.K, n0, n1, j.y, j.N);
+    add_bias(j, 0, j.M, n0, n1);
+  });
+}
+
+// x is quantised per row and block (scale = max|x_b| / 127), then int8 dot products per block.
+void q8_linear(const Ctx& c, const Job& j, const Q8Weight& w) {
+  const std::int64_t nb = w.kp / kQ8Block;
+  std::vector<std::int8_t> xq(static_cast<std::size_t>(j.M * w.kp));
+  std::vector<float> xs(static_cast<std::size_t>(j.M * nb));
+  for_chunks(c.pool, j.M, 16, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t m = lo; m < hi; ++m) c.k.q8_quantize(j.x + m * j.K, j.K, w.kp, xq.data() + m * w.kp, xs.data() + m * nb);
+  });
+  const Q8Rows rows = w.rows();
+  for_chunks(c.pool, j.N, kGemvRows, [&](std::int64_t n0, std::int64_t n1) {
+    for (std::int64_t m = 0; m < j.M; m += kQ8Rows) {
+      const Q8Act act{xq.data() + m * w.kp, xs.data() + m * nb, w.kp};
+      c.k.q8_gemv(act, std::min(kQ8Rows, j.M - m), rows, n0, n1, j.y + m * j.N, j.N);
+    }
+    add_bias(j, 0, j.M, n0, n1);
+  });
+}
+
+}  // namespace
+
+void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8) {
+  const auto d = ops::check_linear(n, in, out);
+  const Job j{in[0].as<const float>(), in[1].data, wtype(in[1].dtype), d.bias ? in[2].as<const float>() : nullptr,
+              out.as<float>(), d.M, d.K, d.N};
+  if (d.M == 0 || d.N == 0) return;
+  if (d.K == 0) {
+    std::memset(j.y, 0, static_cast<std::size_t>(d.M * d.N) * sizeof(float));
+    add_bias(j, 0, d.M, 0, d.N);
+  } else if (q8) {
+    if (q8->N != d.N || q8->K != d.K) ops::fail(n, "q8 weight is [{}, {}], expected [{}, {}]", q8->N, q8->K, d.N, d.K);
+    q8_linear(c, j, *q8);
+  } else if (d.M < kGemmMinRows) {
+    gemv(c, j);
+  } else {
+    gemm(c, j);
+  }
+}
+
+}  // namespace sonde::threaded

@@ -1,0 +1,47 @@
+#pragma once
+// The backend's only threads (design §8.10): size()-1 std::thread workers plus the calling
+// thread. run() hands tasks out in order through an atomic counter; each task must write its own
+// outputs (no reduction across tasks), so results never depend on which thread ran which task.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace sonde::threaded {
+
+class ThreadPool {
+ public:
+  using Task = std::function<void(std::int64_t task, int worker)>;
+
+  explicit ThreadPool(int threads);  // threads >= 1
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // Runs fn(t, worker) for every t in [0, tasks), worker in [0, size()); returns when all are
+  // done and rethrows the first exception a task threw.
+  void run(std::int64_t tasks, const Task& fn);
+
+ private:
+  void worker_loop(int worker);
+  void drain(int worker);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> busy_{0};
+  std::atomic<std::int64_t> next_{0};
+  std::int64_t tasks_ = 0;
+  const Task* fn_ = nullptr;
+  bool stop_ = false;
+  std::mutex err_mu_;
+  std::exception_ptr error_;
+};
+
+}  // namespace sonde::threaded

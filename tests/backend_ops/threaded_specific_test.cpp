@@ -1,0 +1,253 @@
+// Tests of the threaded backend beyond the shared suite: q8 error bounds from the quantisation
+// formula, bit-determinism for a fixed thread count, tile-edge shapes, long attention, and every
+// ISA path this CPU can run (forced through SONDE_THREADED_ISA). Expected values come from the
+// reference backend or from formulas, never from threaded itself.
+#include "op_harness.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace sonde::test {
+namespace {
+
+constexpr double kTol = 1e-5;
+
+std::shared_ptr<Backend> threaded(int threads, const std::string& weights = "native") {
+  auto b = registry().backend("threaded");
+  BackendOptions o;
+  o.threads = threads;
+  o.weights = weights;
+  b->init(o);
+  return b;
+}
+
+// Sets SONDE_THREADED_ISA for one scope.
+struct IsaScope {
+  explicit IsaScope(const std::string& isa) { setenv("SONDE_THREADED_ISA", isa.c_str(), 1); }
+  ~IsaScope() { unsetenv("SONDE_THREADED_ISA"); }
+};
+
+double vs_reference(Backend& b, const Node& n, const std::vector<Arg>& args) {
+  auto ref = make_backend("reference");
+  const Tensor want = run_on(*ref, n, args);
+  const Tensor got = run_on(b, n, args);
+  EXPECT_TRUE(all_finite(got));
+  return normalised_error(got, want);
+}
+
+Node linear_node(std::int64_t M, std::int64_t N) { return make_node(OpKind::Linear, Shape{M, N}); }
+
+std::vector<Arg> linear_args(std::int64_t M, std::int64_t K, std::int64_t N, DType wt, bool bias, unsigned seed) {
+  std::vector<Arg> a{{random_tensor(DType::f32, Shape{M, K}, seed)}, {random_tensor(wt, Shape{N, K}, seed + 1), true}};
+  if (bias) a.push_back({random_tensor(wt, Shape{N}, seed + 2), true});
+  return a;
+}
+
+// Max over elements of |got - ref| / ((K + 2) u sum_k |x_k w_k|), u = 2^-24: the classical
+// forward-error bound of an f32 dot product of length K plus the bias add and the reference's
+// rounding. <= 1 means within the bound. (A normalised error can blow up here: with N = 1 the only
+// output may nearly cancel.)
+double linear_error_vs_bound(Backend& b, std::int64_t M, std::int64_t K, std::int64_t N, const std::vector<Arg>& args) {
+  const Tensor want = run_on(*make_backend("reference"), linear_node(M, N), args);
+  const Tensor got = run_on(b, linear_node(M, N), args);
+  const auto x = values(args[0].t), w = values(args[1].t), g = values(got), r = values(want);
+  double worst = 0;
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < N; ++n) {
+      double mag = args.size() == 3 ? std::fabs(double(values(args[2].t)[std::size_t(n)])) : 0.0;
+      for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(double(x[std::size_t(m * K + k)]) * w[std::size_t(n * K + k)]);
+      const double bound = double(K + 2) * std::ldexp(1.0, -24) * mag + 1e-30;
+      worst = std::max(worst, std::fabs(double(g[std::size_t(m * N + n)]) - r[std::size_t(m * N + n)]) / bound);
+    }
+  return worst;
+}
+
+// M around the GEMV/GEMM switch and the mr tiles, N around nr (16, 32) and the 64-column task,
+// K around the 16/32-lane loops, the q8 block (32) and the K block (256).
+void check_tile_edges(Backend& b) {
+  for (DType wt : {DType::f32, DType::bf16, DType::f16})
+    for (std::int64_t M : {1, 3, 4, 7, 9, 17})
+      for (std::int64_t N : {1, 31, 33, 65, 97})
+        for (std::int64_t K : {1, 15, 17, 33, 257, 300}) {
+          SCOPED_TRACE(fmt::format("{} M={} N={} K={}", dtype_name(wt), M, N, K));
+          EXPECT_LE(linear_error_vs_bound(b, M, K, N, linear_args(M, K, N, wt, N % 2 == 1, 40)), 1.0);
+        }
+}
+
+struct AttnCase {
+  std::int64_t B, T, S, nh, nkv, d;
+  bool causal, mask;
+};
+
+Tensor mask_with_holes(std::int64_t B, std::int64_t S) {
+  std::vector<int> m(static_cast<std::size_t>(B * S), 1);
+  for (std::int64_t u = 0; u < S; u += 37) m[static_cast<std::size_t>(u)] = 0;           // row 0: scattered pads
+  for (std::int64_t u = 0; u < 5 && B > 1; ++u) m[static_cast<std::size_t>(S + u)] = 0;  // row 1: left padding
+  return bytes(Shape{B, S}, m);
+}
+
+// S = 300 spans several 64-key blocks and query blocks, so the online softmax rescales.
+void check_long_attention(Backend& b) {
+  const AttnCase cases[] = {{2, 300, 300, 4, 2, 64, true, true},  {1, 300, 300, 4, 1, 64, false, true},
+                            {2, 5, 300, 4, 2, 64, true, true},    {1, 1, 300, 6, 2, 32, true, false},
+                            {1, 70, 300, 2, 2, 16, false, false}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(fmt::format("T={} S={} nh={} nkv={} d={} causal={} mask={}", c.T, c.S, c.nh, c.nkv, c.d, c.causal, c.mask));
+    Node n = make_node(OpKind::Attention, Shape{c.B, c.T, c.nh, c.d});
+    n.params.causal = c.causal;
+    std::vector<Arg> args{{random_tensor(DType::f32, Shape{c.B, c.T, c.nh, c.d}, 50, -3, 3)},
+                          {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 51, -3, 3)},
+                          {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 52)}};
+    if (c.mask) args.push_back({mask_with_holes(c.B, c.S)});
+    EXPECT_LE(vs_reference(b, n, args), kTol);
+  }
+}
+
+void check_elementwise(Backend& b) {
+  for (OpKind op : {OpKind::Add, OpKind::SiluMul})
+    for (std::int64_t len : {1, 17, 40000}) {
+      const Shape s{1, len};
+      SCOPED_TRACE(fmt::format("{} {}", op_name(op), len));
+      EXPECT_LE(vs_reference(b, make_node(op, s), {{random_tensor(DType::f32, s, 60, -20, 20)}, {random_tensor(DType::f32, s, 61)}}), kTol);
+    }
+}
+
+TEST(Threaded, TileEdgeShapesMatchReference) { check_tile_edges(*threaded(2)); }
+
+TEST(Threaded, LongAttentionMatchesReference) { check_long_attention(*threaded(2)); }
+
+// Every ISA this CPU has, forced in turn; the description names the one in use.
+TEST(Threaded, EveryAvailableIsaMatchesReference) {
+  for (const std::string isa : {"avx512", "avx2", "scalar"}) {
+    IsaScope scope(isa);
+    std::shared_ptr<Backend> b;
+    try {
+      b = threaded(2);
+    } catch (const Error& e) {
+      std::cout << "[ note ] ISA " << isa << " not available here: " << e.what() << "\n";
+      EXPECT_NE(isa, "scalar") << "the scalar path must always be available";
+      continue;
+    }
+    SCOPED_TRACE("ISA " + isa);
+    EXPECT_NE(b->info().description.find(isa), std::string::npos) << b->info().description;
+    check_tile_edges(*b);
+    check_long_attention(*b);
+    check_elementwise(*b);
+  }
+}
+
+TEST(Threaded, UnknownIsaIsAnErrorNamingIt) {
+  IsaScope scope("avx1024");
+  try {
+    threaded(1);
+    FAIL() << "SONDE_THREADED_ISA=avx1024 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("avx1024"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Threaded, UnknownWeightsModeIsAnErrorNamingIt) {
+  try {
+    threaded(1, "q3");
+    FAIL() << "weights q3 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q3"), std::string::npos) << e.what();
+  }
+}
+
+// Same thread count, same bits; and since K is never split across threads, 1 and 2 threads agree too.
+TEST(Threaded, DeterministicForAFixedThreadCount) {
+  Node attn = make_node(OpKind::Attention, Shape{2, 130, 4, 64});
+  attn.params.causal = true;
+  const std::vector<Arg> attn_args{{random_tensor(DType::f32, Shape{2, 130, 4, 64}, 70)},
+                                   {random_tensor(DType::f32, Shape{2, 200, 2, 64}, 71)},
+                                   {random_tensor(DType::f32, Shape{2, 200, 2, 64}, 72)},
+                                   {mask_with_holes(2, 200)}};
+  const auto gemm_args = linear_args(67, 300, 130, DType::bf16, true, 73);
+  const auto gemv_args = linear_args(1, 300, 130, DType::bf16, true, 74);
+  const std::pair<Node, const std::vector<Arg>*> runs[] = {
+      {attn, &attn_args}, {linear_node(67, 130), &gemm_args}, {linear_node(1, 130), &gemv_args}};
+  for (const std::string weights : {"native", "q8"})
+    for (const auto& [node, args] : runs) {
+      SCOPED_TRACE(std::string(op_name(node.op)) + " " + node.shape.str() + " " + weights);
+      std::vector<Tensor> outs;
+      for (int threads : {1, 1, 2, 2}) outs.push_back(run_on(*threaded(threads, weights), node, *args));
+      const std::size_t n = outs[0].view().nbytes();
+      EXPECT_EQ(std::memcmp(outs[0].view().data, outs[1].view().data, n), 0) << "1 thread, two runs";
+      EXPECT_EQ(std::memcmp(outs[2].view().data, outs[3].view().data, n), 0) << "2 threads, two runs";
+      if (node.op == OpKind::Linear) EXPECT_EQ(std::memcmp(outs[0].view().data, outs[2].view().data, n), 0) << "1 vs 2 threads";
+    }
+}
+
+// The q8 error bound from the formula, per output element. With blocks b of 32 along K,
+// sx_b = max|x_b| / 127 and sw_b = max|w_b| / 127, rounding gives |x - x^| <= sx_b / 2 and
+// |w - w^| <= sw_b / 2, so |x^ w^ - x w| <= |x| sw/2 + |w| sx/2 + sx sw / 4 per term; summed
+// over k, plus f32 rounding of the sum (1e-6 of sum |x w|).
+std::vector<double> q8_bounds(const Tensor& x, const Tensor& w, std::int64_t M, std::int64_t K, std::int64_t N) {
+  const auto xv = values(x), wv = values(w);
+  const auto block_max = [&](const std::vector<float>& v, std::int64_t row, std::int64_t b) {
+    double mx = 0;
+    for (std::int64_t k = b * 32; k < std::min(K, b * 32 + 32); ++k) mx = std::max(mx, std::fabs(double(v[std::size_t(row * K + k)])));
+    return mx / 127;
+  };
+  std::vector<double> bound(static_cast<std::size_t>(M * N));
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < N; ++n) {
+      double e = 0, mag = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double sx = block_max(xv, m, k / 32), sw = block_max(wv, n, k / 32);
+        const double a = std::fabs(double(xv[std::size_t(m * K + k)])), c = std::fabs(double(wv[std::size_t(n * K + k)]));
+        e += a * sw / 2 + c * sx / 2 + sx * sw / 4;
+        mag += a * c;
+      }
+      bound[std::size_t(m * N + n)] = e + 1e-6 * mag;
+    }
+  return bound;
+}
+
+TEST(Threaded, Q8LinearWithinTheQuantisationBound) {
+  struct Case { std::int64_t M, K, N; };
+  for (const Case c : {Case{1, 300, 70}, Case{5, 64, 33}, Case{33, 100, 65}})
+    for (DType wt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(fmt::format("M={} K={} N={} {}", c.M, c.K, c.N, dtype_name(wt)));
+      const auto args = linear_args(c.M, c.K, c.N, wt, false, 80);
+      const Tensor want = run_on(*make_backend("reference"), linear_node(c.M, c.N), args);
+      const Tensor got = run_on(*threaded(2, "q8"), linear_node(c.M, c.N), args);
+      const auto bound = q8_bounds(args[0].t, args[1].t, c.M, c.K, c.N);
+      const auto g = values(got), r = values(want);
+      double worst = 0, mean_err = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        const double err = std::fabs(double(g[i]) - r[i]);
+        EXPECT_LE(err, bound[i]) << "element " << i;
+        worst = std::max(worst, err / bound[i]);
+        mean_err += err;
+      }
+      // Quantisation really happened (a native run would have error ~1e-7, far below this).
+      EXPECT_GT(mean_err / double(g.size()), 1e-5);
+      std::cout << "[ note ] q8 worst error / bound = " << worst << "\n";
+    }
+}
+
+// In q8 mode weight() still returns the uploaded values: the source view, not the int8 copy.
+TEST(Threaded, Q8WeightsReadBackUnchanged) {
+  auto b = threaded(1, "q8");
+  const Tensor src = random_tensor(DType::bf16, Shape{13, 40}, 90);
+  const TensorView got = b->upload("blocks.0.w", src.view(), Split::None);
+  EXPECT_EQ(got.data, src.view().data) << "the upload must not copy";
+  EXPECT_EQ(values(Tensor::copy_of(b->weight("blocks.0.w"))), values(src));
+}
+
+// Native weights are used in place: upload returns the very same memory.
+TEST(Threaded, NativeWeightsAreNotCopied) {
+  auto b = threaded(1);
+  for (DType wt : {DType::f32, DType::bf16, DType::f16}) {
+    const Tensor src = random_tensor(wt, Shape{7, 9}, 91);
+    EXPECT_EQ(b->upload("w", src.view(), Split::None).data, src.view().data) << dtype_name(wt);
+  }
+}
+
+}  // namespace
+}  // namespace sonde::test
