@@ -2,11 +2,15 @@
 // several prompts (design §6). Text streams to the terminal as it is made; --json prints one
 // object per prompt instead.
 #include "app_common.h"
+#include "capture_setup.h"
+#include "run_metadata.h"
 #include "commands.h"
 
+#include <sonde/capture.h>
 #include <sonde/chat.h>
 #include <sonde/decode.h>
 #include <sonde/error.h>
+#include <sonde/registry.h>
 #include <sonde/session_decode.h>
 #include <sonde/tokenizer.h>
 
@@ -22,12 +26,41 @@ namespace {
 struct GenerateOptions {
   CommonOptions common;
   std::vector<std::string> ids, stop;
-  std::string prompt, alg, hooks, out;
-  bool chat = false, json = false, history = false, no_cache = false;
+  std::string prompt, alg, out;
+  CaptureOptions capture;
+  bool chat = false, json = false, history = false, no_cache = false, overwrite = false;
   std::int64_t max_new_tokens = 0, steps = 0, top_k = 0;
   double temperature = 0, top_p = 1, alg_temp = 0, eps = 1e-3, repetition_penalty = 1;
   std::uint64_t seed = 0;
 };
+
+// Where captured rows go (--hooks with --out); sink is null without capture.
+struct CaptureTarget {
+  CaptureSpec spec;
+  std::shared_ptr<Sink> sink;
+};
+
+std::vector<std::int64_t> prompt_indices(std::size_t n) {
+  std::vector<std::int64_t> idx(n);
+  for (std::size_t r = 0; r < n; ++r) idx[r] = static_cast<std::int64_t>(r);
+  return idx;
+}
+
+// Prompt r of the command line: id "r", its tokens followed by the completion's.
+void write_prompt(CaptureTarget& c, const std::vector<CapturedPrompt>& captured, std::size_t r,
+                  const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& completion,
+                  const std::optional<std::string>& text, const std::string& finish, std::uint64_t seed) {
+  if (!c.sink) return;
+  PromptRecord rec;
+  rec.prompt_idx = static_cast<std::int64_t>(r);
+  rec.id = std::to_string(r);
+  rec.completion = text.value_or("");
+  rec.finish_reason = finish;
+  rec.token_ids = prompt;
+  rec.token_ids.insert(rec.token_ids.end(), completion.begin(), completion.end());
+  rec.seed = seed;
+  write_captured(*c.sink, c.spec, captured.at(r), rec);
+}
 
 template <typename T>
 std::optional<T> flag(const po::variables_map& vm, const char* name) {
@@ -54,10 +87,12 @@ std::vector<std::vector<std::int32_t>> read_prompts(const GenerateOptions& o, co
 // Text of a completion; Dream's is cut at the first <|endoftext|> or <|dlm_pad|> (model-spec §3.5).
 std::optional<std::string> completion_text(const std::optional<Tokenizer>& tok, std::vector<std::int32_t> ids, bool cut) {
   if (!tok) return std::nullopt;
-  if (cut)
+  if (cut) {
+    std::vector<std::int32_t> end_ids;
     for (const char* end : {"<|endoftext|>", "<|dlm_pad|>"})
-      if (auto id = tok->token_id(end))
-        if (auto it = std::find(ids.begin(), ids.end(), *id); it != ids.end()) ids.erase(it, ids.end());
+      if (auto id = tok->token_id(end)) end_ids.push_back(*id);
+    ids = cut_at_end_tokens(ids, end_ids);
+  }
   return tok->decode(ids, false);
 }
 
@@ -70,7 +105,8 @@ void print_json(const std::vector<std::int32_t>& prompt, const std::vector<std::
 }
 
 int run_autoregressive(Session& s, const GenerateOptions& o, const po::variables_map& vm,
-                       const std::vector<std::vector<std::int32_t>>& prompts, const std::optional<Tokenizer>& tok) {
+                       const std::vector<std::vector<std::int32_t>>& prompts, const std::optional<Tokenizer>& tok,
+                       CaptureTarget& target) {
   const auto& gen = s.config().generation;
   ArOptions a;
   a.max_new_tokens = o.max_new_tokens;
@@ -93,12 +129,15 @@ int run_autoregressive(Session& s, const GenerateOptions& o, const po::variables
   const bool streaming = !o.json && prompts.size() == 1 && tok;
   if (streaming) stream.emplace(*tok, false);
   SessionDecodeForward fwd(s);
-  const auto out = generate_autoregressive(fwd, prompts, a, [&](const ArStep& st) {
+  const auto res = generate_autoregressive_captured(fwd, prompts, a, target.spec, prompt_indices(prompts.size()),
+                                                    [&](const ArStep& st) {
     if (stream && st.new_tokens[0] >= 0) std::cout << stream->push(st.new_tokens[0]) << std::flush;
   });
   if (streaming) std::cout << stream->finish() << "\n";
-  for (const auto& c : out) {
+  for (std::size_t r = 0; r < res.completions.size(); ++r) {
+    const auto& c = res.completions[r];
     const auto text = completion_text(tok, c.tokens, false);
+    write_prompt(target, res.captured, r, c.prompt, c.tokens, text, c.finish_reason, a.seeds[r]);
     if (o.json) print_json(c.prompt, c.tokens, text, c.finish_reason, nullptr);
     else if (!streaming) std::cout << (text ? *text : nlohmann::json(c.tokens).dump()) << "\n";
   }
@@ -106,7 +145,8 @@ int run_autoregressive(Session& s, const GenerateOptions& o, const po::variables
 }
 
 int run_diffusion(Session& s, const GenerateOptions& o, const po::variables_map& vm,
-                  const std::vector<std::vector<std::int32_t>>& prompts, const std::optional<Tokenizer>& tok) {
+                  const std::vector<std::vector<std::int32_t>>& prompts, const std::optional<Tokenizer>& tok,
+                  CaptureTarget& target) {
   const auto& gen = s.config().generation;
   const auto& cfg = s.config();
   DiffusionOptions d;
@@ -129,7 +169,8 @@ int run_diffusion(Session& s, const GenerateOptions& o, const po::variables_map&
   // history[r]: row r's canvas after every step, left padding removed.
   std::vector<nlohmann::json> history(prompts.size(), nlohmann::json::array());
   SessionDecodeForward fwd(s);
-  const auto res = diffusion_generate(fwd, prompts, d, [&](const DiffusionStep& st) {
+  const auto cap = diffusion_generate_captured(fwd, prompts, d, target.spec, prompt_indices(prompts.size()),
+                                              [&](const DiffusionStep& st) {
     if (!o.history) return;
     for (std::size_t r = 0; r < prompts.size(); ++r) {
       const auto pad = st.length - d.max_new_tokens - static_cast<std::int64_t>(prompts[r].size());
@@ -137,12 +178,31 @@ int run_diffusion(Session& s, const GenerateOptions& o, const po::variables_map&
       history[r].push_back(std::vector<std::int32_t>(b + pad, b + st.length));
     }
   });
+  const auto& res = cap.result;
   for (std::size_t r = 0; r < prompts.size(); ++r) {
     const auto text = completion_text(tok, res.completions[r], true);
+    write_prompt(target, cap.captured, r, prompts[r], res.completions[r], text, "length", d.seeds[r]);
     if (o.json) print_json(prompts[r], res.completions[r], text, "length", o.history ? &history[r] : nullptr);
     else std::cout << (text ? *text : nlohmann::json(res.completions[r]).dump()) << "\n";
   }
   return 0;
+}
+
+// Resolves --hooks (unknown names fail here, before the file exists) and opens --out.
+CaptureTarget open_capture(Session& s, const GenerateOptions& o, const std::vector<std::vector<std::int32_t>>& prompts) {
+  CaptureTarget t;
+  if (o.out.empty()) return t;
+  t.spec = make_capture_spec(s, o.capture);
+  nlohmann::json run{{"command", "generate"}, {"prompts", prompts}, {"max_new_tokens", o.max_new_tokens},
+                     {"seed", o.seed}, {"capture", capture_config(o.capture)}};
+  SinkOptions so;
+  so.path = o.out;
+  so.storage = storage_dtype(o.capture.storage);
+  so.overwrite = o.overwrite;
+  so.diffusion = s.info().decoding == DecodingKind::MaskedDiffusion;
+  t.sink = PluginRegistry::instance().sink("hdf5");
+  t.sink->open(so, run_metadata(s, run.dump(), o.capture.storage), t.spec.hooks);
+  return t;
 }
 
 }  // namespace
@@ -169,14 +229,15 @@ int cmd_generate(const Args& args) {
       ("json", po::bool_switch(&o.json), "print one JSON object per prompt")
       ("history", po::bool_switch(&o.history), "diffusion, with --json: the canvas after every step")
       ("no-kv-cache", po::bool_switch(&o.no_cache), "autoregressive: recompute the whole prefix every step")
-      ("hooks", po::value(&o.hooks), "not yet available in generate")
-      ("out", po::value(&o.out), "not yet available in generate");
+      ("out", po::value(&o.out), "HDF5 file for the activations selected with --hooks")
+      ("overwrite", po::bool_switch(&o.overwrite), "replace an existing --out file");
+  add_capture_options(desc, o.capture);
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde generate --model DIR (--prompt T | --ids 1,2,3 ...) [--chat] [--max-new-tokens N] [--json]",
                      desc, vm))
     return 0;
-  if (vm.count("hooks") || vm.count("out"))
-    bad_input("--hooks/--out: capturing activations during generate is not implemented yet; use sonde forward");
+  if (vm.count("hooks") != vm.count("out")) bad_input("--hooks and --out go together: give both or neither");
+  check_capture_options(o.capture);
   if (o.ids.empty() == !vm.count("prompt")) bad_input("give --prompt or --ids (not both)");
   if (o.chat && !vm.count("prompt")) bad_input("--chat needs --prompt");
   if (auto s = flag<std::int64_t>(vm, "steps"); s && *s < 1) bad_input("--steps must be at least 1, got {}", *s);
@@ -195,8 +256,12 @@ int cmd_generate(const Args& args) {
       bad_input("prompt {}: {} prompt tokens + {} new tokens = {} exceed max_position_embeddings {}", r,
                 prompts[r].size(), o.max_new_tokens, total, cfg.max_position_embeddings);
   }
-  if (session->info().decoding == DecodingKind::MaskedDiffusion) return run_diffusion(*session, o, vm, prompts, tok);
-  return run_autoregressive(*session, o, vm, prompts, tok);
+  CaptureTarget target = open_capture(*session, o, prompts);
+  const int rc = session->info().decoding == DecodingKind::MaskedDiffusion
+                     ? run_diffusion(*session, o, vm, prompts, tok, target)
+                     : run_autoregressive(*session, o, vm, prompts, tok, target);
+  if (target.sink) target.sink->close();
+  return rc;
 }
 
 }  // namespace sonde::cli

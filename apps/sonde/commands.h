@@ -16,5 +16,6 @@ int cmd_plugins(const Args& args);
 int cmd_demo(const Args& args);
 int cmd_tokenize(const Args& args);
 int cmd_generate(const Args& args);
+int cmd_batch(const Args& args);
 
 }  // namespace sonde::cli

@@ -24,6 +24,7 @@ const CommandEntry kCommands[] = {
     {"hooks", sonde::cli::cmd_hooks, "list every hook point of a model with its shape"},
     {"forward", sonde::cli::cmd_forward, "one forward pass; logits and selected hooks to HDF5"},
     {"generate", sonde::cli::cmd_generate, "autoregressive (Qwen2) or masked-diffusion (Dream) generation"},
+    {"batch", sonde::cli::cmd_batch, "a JSONL dataset through generation; results and activations, resumable"},
     {"tokenize", sonde::cli::cmd_tokenize, "text to token ids (or back with --decode)"},
     {"plugins", sonde::cli::cmd_plugins, "list the plugins found and the files rejected"},
 };

@@ -48,6 +48,16 @@ StepInput step_input(const ArState& s, std::int64_t from, bool cached) {
   return in;
 }
 
+// Appends the new column: finished rows feed the pad id (their outputs are ignored).
+void append_column(ArState& s, const std::vector<std::int32_t>& chosen, std::int32_t pad_id) {
+  for (std::size_t r = 0; r < chosen.size(); ++r) {
+    s.ids[r].push_back(chosen[r] >= 0 ? chosen[r] : pad_id);
+    s.mask[r].push_back(1);
+    s.next_position[r] += 1;
+  }
+  s.width += 1;
+}
+
 bool hits_stop_string(const ArOptions& o, const std::vector<std::int32_t>& tokens) {
   if (o.stop_strings.empty() || !o.detokenize) return false;
   const std::string text = o.detokenize(tokens);
@@ -99,15 +109,13 @@ std::vector<Completion> generate_autoregressive(DecodeForward& model,
       }
     }
     if (on_step) on_step(ArStep{step, chosen, last});
-    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
-    // Append the new column: finished rows feed the pad id (their outputs are ignored).
-    for (std::size_t r = 0; r < prompts.size(); ++r) {
-      s.ids[r].push_back(chosen[r] >= 0 ? chosen[r] : o.pad_id);
-      s.mask[r].push_back(1);
-      s.next_position[r] += 1;
-    }
-    s.width += 1;
+    const bool all_done = std::all_of(done.begin(), done.end(), [](bool d) { return d; });
+    if (all_done && !o.feed_last) break;
+    append_column(s, chosen, o.pad_id);
+    if (all_done) break;
   }
+  // The last tokens' own forward (capture sees their activations); its logits are unused.
+  if (o.feed_last) model.forward(step_input(s, cached ? fed : 0, cached));
   for (auto& c : out)
     if (c.finish_reason.empty()) c.finish_reason = "length";
   return out;

@@ -6,6 +6,10 @@
 
 namespace sonde {
 
+void DecodeForward::set_taps(const std::vector<std::string>& hooks, HookTap) {
+  if (!hooks.empty()) runtime_error("this forward cannot deliver hooks ({} asked, first '{}')", hooks.size(), hooks[0]);
+}
+
 PaddedBatch left_pad(const std::vector<std::vector<std::int32_t>>& prompts, std::int32_t pad_id) {
   if (prompts.empty()) bad_input("no prompts given");
   PaddedBatch pb;

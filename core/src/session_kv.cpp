@@ -39,7 +39,10 @@ KvCache Session::new_kv_cache(std::int64_t batch, std::int64_t capacity) const {
   return c;
 }
 
-Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache) {
+Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache) { return forward_cached(in, cache, {}, {}); }
+
+Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std::set<std::string>& taps,
+                               const Executor::Tap& tap) {
   check_ids(in);
   const std::int64_t P = cache.filled, T = in.tokens, L = config_.num_hidden_layers;
   if (in.batch != cache.batch) runtime_error("forward_cached: batch {} but the cache holds {}", in.batch, cache.batch);
@@ -59,7 +62,8 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache) {
     fills[fmt::format("blocks.{}.attn.hook_rot_k", i)] = &cache.k[static_cast<std::size_t>(i)];
     fills[fmt::format("blocks.{}.attn.hook_v", i)] = &cache.v[static_cast<std::size_t>(i)];
   }
-  const Plan plan = executor_->plan(g, {"logits"}, [&](const std::string& h) { return fills.count(h) > 0; });
+  const Plan plan =
+      executor_->plan(g, {"logits"}, [&](const std::string& h) { return fills.count(h) > 0 || taps.count(h) > 0; });
 
   const Shape bt{in.batch, T};
   std::map<std::string, TensorView> feeds{
@@ -75,6 +79,7 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache) {
   auto out = executor_->run(plan, feeds, [&](const std::string& hook, const TensorView& v) {
     auto it = fills.find(hook);
     if (it != fills.end()) append_rows(*it->second, v, P);
+    if (tap && taps.count(hook)) tap(hook, v);
   });
   cache.filled = P + T;
   return out.at("logits");

@@ -2,6 +2,7 @@
 // (model-spec §2). Its logits at slot p predict token p+1; the diffusion loop applies the shift.
 #include <decoder_model.h>
 
+#include <sonde/capture.h>
 #include <sonde/error.h>
 #include <sonde/model.h>
 
@@ -17,6 +18,12 @@ class DreamModel final : public common::DecoderModel {
     i.prediction_shift = 1;
     i.mask_token_id = mask_token_id_;
     return i;
+  }
+  // The decoder's hooks plus the diffusion loop's state (design §4), filled by the capture.
+  std::vector<HookPoint> hook_points() const override {
+    auto h = common::DecoderModel::hook_points();
+    for (auto& s : diffusion_state_hooks()) h.push_back(std::move(s));
+    return h;
   }
   void configure(const ModelConfig& c) override {
     spec_ = common::DecoderSpec::from_config(c, /*causal=*/false);

@@ -24,6 +24,9 @@ struct StepInput {
   bool use_cache = false;  // read `past` cached slots and append these T slots (AR only)
 };
 
+// Receives a hook's value [B, T, *row_shape] during a forward; the view dies with the call.
+using HookTap = std::function<void(const std::string& hook, const TensorView& value)>;
+
 // What the loops need from a model. A fake implementation makes them testable without one.
 class DecodeForward {
  public:
@@ -35,6 +38,9 @@ class DecodeForward {
   virtual void reset_cache(std::int64_t /*batch*/, std::int64_t /*capacity*/) {}
   // Logits [B, T, V] f32.
   virtual Tensor forward(const StepInput& in) = 0;
+  // Later forwards deliver the hooks named in `hooks` to `tap` (capture.h). Empty: none, at no
+  // cost. A forward that cannot tap refuses a non-empty set.
+  virtual void set_taps(const std::vector<std::string>& hooks, HookTap tap);
 };
 
 // Left padding (model-spec §0.8): rows right-aligned to the longest, pad slots get mask 0 and
@@ -59,6 +65,9 @@ struct ArOptions {
   std::function<std::string(const std::vector<std::int32_t>&)> detokenize;
   std::int32_t pad_id = 0;                    // fed for finished rows and left padding
   bool use_cache = true;                      // false: full recompute every step (for tests)
+  // One more forward after the last step over the last tokens, whose result is not sampled:
+  // capture needs it to see the activations of the final generated token.
+  bool feed_last = false;
 };
 
 struct Completion {

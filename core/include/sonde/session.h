@@ -61,6 +61,9 @@ class Session {
   // earlier slots are read from the cache (no recomputation), and this call's K and V are
   // appended. in.mask, when given, covers every key: [B, filled + T]. Returns logits [B, T, V].
   Tensor forward_cached(const ForwardInput& in, KvCache& cache);
+  // The same, also delivering the hooks named in `taps` to `tap` as [B, T, *row_shape].
+  Tensor forward_cached(const ForwardInput& in, KvCache& cache, const std::set<std::string>& taps,
+                        const Executor::Tap& tap);
 
  private:
   void check_ids(const ForwardInput& in) const;

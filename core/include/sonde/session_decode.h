@@ -14,11 +14,14 @@ class SessionDecodeForward : public DecodeForward {
   bool has_kv_cache() const override;
   void reset_cache(std::int64_t batch, std::int64_t capacity) override;
   Tensor forward(const StepInput& in) override;
+  void set_taps(const std::vector<std::string>& hooks, HookTap tap) override;
 
  private:
   Session& session_;
   bool use_kv_cache_;
   KvCache cache_;
+  std::set<std::string> taps_;
+  HookTap tap_;
 };
 
 }  // namespace sonde

@@ -1,0 +1,148 @@
+#include "batch_gen.h"
+
+#include <sonde/chat.h>
+#include <sonde/error.h>
+
+#include <algorithm>
+
+namespace sonde::cli {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+std::optional<T> opt(const json& o, const char* key) {
+  return o.contains(key) ? std::optional<T>(o[key].get<T>()) : std::nullopt;
+}
+
+std::int64_t max_new_tokens(const Session& s, const json& o) {
+  return opt<std::int64_t>(o, "max_new_tokens").value_or(s.config().generation.max_new_tokens.value_or(64));
+}
+
+// The same defaults as sonde generate: generation_config.json, then the family's.
+ArOptions ar_options(Session& s, const json& o, const std::optional<Tokenizer>& tok) {
+  const auto& gen = s.config().generation;
+  ArOptions a;
+  a.max_new_tokens = max_new_tokens(s, o);
+  a.sampling.do_sample = gen.do_sample;
+  if (auto t = opt<double>(o, "temperature")) a.sampling.do_sample = *t > 0;
+  a.sampling.temperature = opt<double>(o, "temperature").value_or(gen.temperature.value_or(1.0));
+  if (a.sampling.temperature <= 0) a.sampling.temperature = 1.0;  // greedy ignores it
+  a.sampling.top_k = opt<std::int64_t>(o, "top_k").value_or(gen.top_k.value_or(0));
+  a.sampling.top_p = opt<double>(o, "top_p").value_or(gen.top_p.value_or(1.0));
+  a.sampling.repetition_penalty = opt<double>(o, "repetition_penalty").value_or(gen.repetition_penalty.value_or(1.0));
+  a.eos_ids = gen.eos_token_ids.empty() ? s.config().eos_token_ids : gen.eos_token_ids;
+  a.pad_id = static_cast<std::int32_t>(gen.pad_token_id.value_or(a.eos_ids.empty() ? 0 : a.eos_ids[0]));
+  a.stop_strings = opt<std::vector<std::string>>(o, "stop").value_or(std::vector<std::string>{});
+  if (tok) a.detokenize = [&tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids, false); };
+  return a;
+}
+
+DiffusionOptions diffusion_options(Session& s, const json& o) {
+  const auto& gen = s.config().generation;
+  const auto& cfg = s.config();
+  DiffusionOptions d;
+  d.max_new_tokens = max_new_tokens(s, o);
+  d.steps = opt<std::int64_t>(o, "steps").value_or(d.max_new_tokens);
+  d.eps = opt<double>(o, "eps").value_or(gen.eps.value_or(1e-3));
+  d.sampling.alg = parse_diffusion_alg(opt<std::string>(o, "alg").value_or("entropy"));
+  d.sampling.temperature = opt<double>(o, "temperature").value_or(gen.temperature.value_or(0.0));
+  d.sampling.top_p = o.contains("top_p") ? opt<double>(o, "top_p") : gen.top_p;
+  d.sampling.top_k = o.contains("top_k") ? opt<std::int64_t>(o, "top_k") : gen.top_k;
+  d.alg_temp = o.contains("alg_temp") ? opt<double>(o, "alg_temp") : gen.alg_temp;
+  const auto mask = cfg.mask_token_id ? cfg.mask_token_id : gen.mask_token_id;
+  if (!mask) bad_input("{}: config.json has no mask_token_id", cfg.dir.string());
+  d.mask_id = static_cast<std::int32_t>(*mask);
+  d.pad_id = static_cast<std::int32_t>(cfg.pad_token_id.value_or(gen.pad_token_id.value_or(0)));
+  return d;
+}
+
+// Dream's text is cut at the first <|endoftext|> or <|dlm_pad|> (model-spec §3.5).
+std::string completion_text(const std::optional<Tokenizer>& tok, std::vector<std::int32_t> ids, bool cut) {
+  if (!tok) return "";
+  if (cut)
+    for (const char* end : {"<|endoftext|>", "<|dlm_pad|>"})
+      if (auto id = tok->token_id(end))
+        if (auto it = std::find(ids.begin(), ids.end(), *id); it != ids.end()) ids.erase(it, ids.end());
+  return tok->decode(ids, false);
+}
+
+std::vector<std::int32_t> tokenize(const BatchRequest& r, const std::optional<Tokenizer>& tok, const Session& s) {
+  if (!r.ids.empty()) return r.ids;
+  if (!tok) bad_input("line {}: {} has no tokenizer; give \"ids\"", r.line, s.config().dir.string());
+  std::string text = r.text;
+  if (!r.messages.is_null()) {
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : r.messages) msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    text = apply_chat_template(msgs, tok->chat_template(), true);
+  }
+  auto ids = tok->encode(text);
+  if (ids.empty()) bad_input("line {}: the prompt encodes to no tokens", r.line);
+  return ids;
+}
+
+}  // namespace
+
+PreparedRequest prepare_request(const BatchRequest& r, std::int64_t prompt_idx, const json& defaults,
+                                std::uint64_t base_seed, Session& s, const std::optional<Tokenizer>& tok) {
+  PreparedRequest p;
+  p.prompt_idx = prompt_idx;
+  p.request = &r;
+  p.ids = tokenize(r, tok, s);
+  const auto& cfg = s.config();
+  for (auto id : p.ids)
+    if (id >= cfg.vocab_size) bad_input("line {}: token id {} is outside the vocabulary [0, {})", r.line, id, cfg.vocab_size);
+  p.options = defaults;
+  for (const auto& [k, v] : r.options.items()) p.options[k] = v;
+  p.seed = p.options.contains("seed") ? p.options["seed"].get<std::uint64_t>() : base_seed + static_cast<std::uint64_t>(prompt_idx);
+  p.options.erase("seed");
+  const auto total = static_cast<std::int64_t>(p.ids.size()) + max_new_tokens(s, p.options);
+  if (max_new_tokens(s, p.options) < 1) bad_input("line {}: max_new_tokens must be at least 1", r.line);
+  if (total > cfg.max_position_embeddings)
+    bad_input("line {}: {} prompt tokens + {} new tokens exceed max_position_embeddings {}", r.line, p.ids.size(),
+              max_new_tokens(s, p.options), cfg.max_position_embeddings);
+  if (s.info().decoding == DecodingKind::MaskedDiffusion) {
+    if (auto st = opt<std::int64_t>(p.options, "steps"); st && *st < 1) bad_input("line {}: steps must be at least 1", r.line);
+    if (auto a = opt<std::string>(p.options, "alg")) parse_diffusion_alg(*a);
+  }
+  p.key = p.options.dump();
+  return p;
+}
+
+std::vector<RequestResult> run_micro_batch(Session& s, DecodeForward& fwd, const std::optional<Tokenizer>& tok,
+                                           const std::vector<const PreparedRequest*>& batch, const CaptureSpec& spec) {
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::vector<std::int64_t> idx;
+  std::vector<std::uint64_t> seeds;
+  for (const auto* p : batch) {
+    prompts.push_back(p->ids);
+    idx.push_back(p->prompt_idx);
+    seeds.push_back(p->seed);
+  }
+  const json& o = batch.front()->options;
+  std::vector<RequestResult> out(batch.size());
+  if (s.info().decoding == DecodingKind::MaskedDiffusion) {
+    DiffusionOptions d = diffusion_options(s, o);
+    d.seeds = seeds;
+    auto res = diffusion_generate_captured(fwd, prompts, d, spec, idx);
+    for (std::size_t r = 0; r < batch.size(); ++r) {
+      out[r].completion = res.result.completions[r];
+      out[r].text = completion_text(tok, out[r].completion, true);
+      out[r].finish_reason = "length";
+      if (!res.captured.empty()) out[r].captured = std::move(res.captured[r]);
+    }
+    return out;
+  }
+  ArOptions a = ar_options(s, o, tok);
+  a.seeds = seeds;
+  auto res = generate_autoregressive_captured(fwd, prompts, a, spec, idx);
+  for (std::size_t r = 0; r < batch.size(); ++r) {
+    out[r].completion = res.completions[r].tokens;
+    out[r].text = completion_text(tok, out[r].completion, false);
+    out[r].finish_reason = res.completions[r].finish_reason;
+    if (!res.captured.empty()) out[r].captured = std::move(res.captured[r]);
+  }
+  return out;
+}
+
+}  // namespace sonde::cli

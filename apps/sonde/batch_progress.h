@@ -1,0 +1,29 @@
+#pragma once
+// Progress of sonde batch on stderr: a bar with rate and ETA redrawn in place on a terminal,
+// plain lines every few seconds otherwise; and the closing summary.
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace sonde::cli {
+
+struct BatchTotals {
+  std::int64_t prompts = 0, prompt_tokens = 0, completion_tokens = 0, rows = 0;
+};
+
+class BatchProgress {
+ public:
+  BatchProgress(std::int64_t total, std::int64_t already_done);
+  void update(const BatchTotals& t);  // t counts this process's work
+  void note(const std::string& line);  // a message that must not tear the bar
+  void summary(const BatchTotals& t, std::uint64_t acts_bytes, const std::string& acts_path);
+
+ private:
+  std::string line(const BatchTotals& t) const;
+  double seconds() const;
+  std::int64_t total_, start_done_;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_, last_print_;
+};
+
+}  // namespace sonde::cli

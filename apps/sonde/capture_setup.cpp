@@ -1,0 +1,49 @@
+#include "capture_setup.h"
+
+#include <sonde/error.h>
+#include <sonde/hooks.h>
+
+namespace sonde::cli {
+
+void add_capture_options(po::options_description& desc, CaptureOptions& o) {
+  desc.add_options()
+      ("hooks", po::value(&o.hooks), "hooks to capture: names, aliases, globs, ranges, comma-separated")
+      ("positions", po::value(&o.positions)->default_value("all"), "all, prompt, generated or last")
+      ("diffusion-capture", po::value(&o.diffusion_capture)->default_value("commit"),
+       "diffusion steps captured: commit, final, all or every:K")
+      ("storage-dtype", po::value(&o.storage)->default_value("f32"), "f32, bf16 or f16");
+}
+
+DType storage_dtype(const std::string& name) {
+  const auto st = parse_dtype(name);
+  if (!st || (*st != DType::f32 && *st != DType::bf16 && *st != DType::f16))
+    bad_input("--storage-dtype: '{}' is not f32, bf16 or f16", name);
+  return *st;
+}
+
+void check_capture_options(const CaptureOptions& o) {
+  parse_position_policy(o.positions);
+  parse_step_policy(o.diffusion_capture);
+  storage_dtype(o.storage);
+}
+
+CaptureSpec make_capture_spec(Session& s, const CaptureOptions& o) {
+  const auto& cfg = s.config();
+  CaptureSpec spec;
+  if (!o.hooks.empty()) spec.hooks = HookSelector::parse(o.hooks).resolve(s.hook_points(), cfg.num_hidden_layers);
+  spec.positions = parse_position_policy(o.positions);
+  spec.steps = parse_step_policy(o.diffusion_capture);
+  spec.record_steps = s.info().decoding == DecodingKind::MaskedDiffusion;
+  std::vector<std::int64_t> special(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
+  for (const auto& id : {cfg.bos_token_id, cfg.pad_token_id, cfg.mask_token_id})
+    if (id) special.push_back(*id);
+  spec.is_special = [special](std::int32_t t) { return std::find(special.begin(), special.end(), t) != special.end(); };
+  return spec;
+}
+
+nlohmann::json capture_config(const CaptureOptions& o) {
+  return {{"hooks", o.hooks}, {"positions", o.positions}, {"diffusion_capture", o.diffusion_capture},
+          {"storage_dtype", o.storage}};
+}
+
+}  // namespace sonde::cli

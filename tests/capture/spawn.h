@@ -1,0 +1,21 @@
+#pragma once
+// Starts bin/sonde as a child process (output to a log file) so that a test can signal it at a
+// chosen moment: SIGINT for a graceful stop, SIGKILL for a crash.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace sonde::test {
+
+struct Child {
+  int pid = -1;
+  std::filesystem::path log;
+};
+
+Child spawn_sonde(const std::vector<std::string>& args, const std::filesystem::path& log);
+void send_signal(const Child& c, int sig);
+// Waits for the child: its exit code, or 128 + signal when a signal ended it.
+int wait_child(const Child& c);
+std::string read_text(const std::filesystem::path& file);
+
+}  // namespace sonde::test
