@@ -16,6 +16,7 @@ int cmd_plugins(const Args& args);
 int cmd_demo(const Args& args);
 int cmd_tokenize(const Args& args);
 int cmd_generate(const Args& args);
+int cmd_bench(const Args& args);
 int cmd_batch(const Args& args);
 
 }  // namespace sonde::cli

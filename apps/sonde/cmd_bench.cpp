@@ -1,0 +1,250 @@
+// sonde bench: prefill tokens/s, decode tokens/s (KV cache), one diffusion step, peak RSS
+// (design §6). Every mode runs once to warm up (page in the weights, grow the allocator), then
+// --repeat times; "seconds" is the best run and "median_seconds" the median.
+#include "app_common.h"
+#include "commands.h"
+
+#include <sonde/decode.h>
+#include <sonde/error.h>
+#include <sonde/session_decode.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace sonde::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  CommonOptions common;
+  std::string mode = "prefill";
+  std::int64_t tokens = 128, prompt_tokens = 128, batch = 1, repeat = 3;
+  bool json = false, prompt_given = false;
+};
+
+// One timed run: `seconds` is the timed part; decode also reports the prefill it excludes.
+struct RunTime {
+  double seconds = 0, prefill_seconds = 0;
+};
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Peak resident set (VmHWM) in MB; 0 when /proc is not there.
+double peak_rss_mb() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) != 0) continue;
+    std::istringstream ss(line.substr(6));
+    double kb = 0;
+    ss >> kb;
+    return kb / 1024.0;
+  }
+  return 0;
+}
+
+// Deterministic ids spread over the vocabulary, never the mask token (a Dream prompt must not
+// contain masks) nor an end-of-sequence id.
+std::vector<std::int32_t> bench_ids(const Session& s, std::int64_t n, std::uint64_t row) {
+  const auto& cfg = s.config();
+  const auto V = static_cast<std::uint64_t>(cfg.vocab_size);
+  std::vector<std::int32_t> ids;
+  std::uint64_t x = 0x9E3779B97F4A7C15ull * (row + 1);
+  while (static_cast<std::int64_t>(ids.size()) < n) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;  // LCG step
+    const auto id = static_cast<std::int64_t>((x >> 33) % V);
+    const bool special = (cfg.mask_token_id && id == *cfg.mask_token_id) ||
+                         std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), id) != cfg.eos_token_ids.end();
+    if (!special || V < 4) ids.push_back(static_cast<std::int32_t>(id));
+  }
+  return ids;
+}
+
+std::vector<std::vector<std::int32_t>> bench_prompts(const Session& s, std::int64_t batch, std::int64_t n) {
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (std::int64_t r = 0; r < batch; ++r) prompts.push_back(bench_ids(s, n, static_cast<std::uint64_t>(r)));
+  return prompts;
+}
+
+// Prefill: one forward over batch x tokens, logits at every position (as a forward returns them).
+RunTime run_prefill(Session& s, const BenchOptions& o) {
+  ForwardInput in;
+  in.batch = o.batch;
+  in.tokens = o.tokens;
+  for (const auto& p : bench_prompts(s, o.batch, o.tokens)) in.ids.insert(in.ids.end(), p.begin(), p.end());
+  const auto t0 = Clock::now();
+  s.forward(in, true, {}, {});
+  return {since(t0), 0};
+}
+
+// Decode: greedy, no EOS, KV cache. max_new_tokens = tokens + 1: step 0 is the prefill (its
+// token is not counted); the timed part is the next `tokens` steps, one cached forward each.
+RunTime run_decode(Session& s, const BenchOptions& o, std::int64_t tokens) {
+  ArOptions a;
+  a.max_new_tokens = tokens + 1;
+  a.sampling.do_sample = false;
+  a.use_cache = true;
+  SessionDecodeForward fwd(s);
+  const auto t0 = Clock::now();
+  Clock::time_point after_prefill = t0, last = t0;
+  generate_autoregressive(fwd, bench_prompts(s, o.batch, o.prompt_tokens), a, [&](const ArStep& st) {
+    (st.step == 0 ? after_prefill : last) = Clock::now();
+  });
+  return {std::chrono::duration<double>(last - after_prefill).count(),
+          std::chrono::duration<double>(after_prefill - t0).count()};
+}
+
+// One denoising step of Dream's diffusion_generate (steps = 1): a bidirectional forward over the
+// canvas of prompt + masks, then the entropy sampler commits the masked slots.
+RunTime run_diffusion_step(Session& s, const BenchOptions& o) {
+  const auto& cfg = s.config();
+  DiffusionOptions d;
+  d.max_new_tokens = o.tokens - o.prompt_tokens;
+  d.steps = 1;
+  d.sampling.alg = DiffusionAlg::Entropy;
+  d.mask_id = static_cast<std::int32_t>(s.info().mask_token_id);
+  d.pad_id = static_cast<std::int32_t>(cfg.pad_token_id.value_or(0));
+  SessionDecodeForward fwd(s);
+  const auto prompts = bench_prompts(s, o.batch, o.prompt_tokens);
+  const auto t0 = Clock::now();
+  diffusion_generate(fwd, prompts, d);
+  return {since(t0), 0};
+}
+
+RunTime run_once(Session& s, const BenchOptions& o, bool warmup) {
+  if (o.mode == "prefill") return run_prefill(s, o);
+  // A short decode warms up as well as a long one: it touches every weight and the cache.
+  if (o.mode == "decode") return run_decode(s, o, warmup ? std::min<std::int64_t>(o.tokens, 4) : o.tokens);
+  return run_diffusion_step(s, o);
+}
+
+void check_options(BenchOptions& o) {
+  if (o.mode != "prefill" && o.mode != "decode" && o.mode != "diffusion-step")
+    bad_input("--mode: '{}' is not prefill, decode or diffusion-step", o.mode);
+  if (o.tokens < 1) bad_input("--tokens must be at least 1, got {}", o.tokens);
+  if (o.batch < 1) bad_input("--batch must be at least 1, got {}", o.batch);
+  if (o.repeat < 1) bad_input("--repeat must be at least 1, got {}", o.repeat);
+  if (o.prompt_tokens < 1) bad_input("--prompt-tokens must be at least 1, got {}", o.prompt_tokens);
+  if (o.mode != "diffusion-step") return;
+  // The canvas is prompt + masks; by default half and half (64 + 64 for --tokens 128).
+  if (o.tokens < 2) bad_input("--tokens: a diffusion canvas needs a prompt token and a mask, got {}", o.tokens);
+  if (!o.prompt_given) o.prompt_tokens = o.tokens / 2;
+  if (o.prompt_tokens >= o.tokens)
+    bad_input("--prompt-tokens {} leaves no masked slot in a canvas of --tokens {}", o.prompt_tokens, o.tokens);
+}
+
+void check_model(const Session& s, const BenchOptions& o) {
+  const auto& cfg = s.config();
+  const bool diffusion = s.info().decoding == DecodingKind::MaskedDiffusion;
+  if (o.mode == "diffusion-step" && !diffusion)
+    bad_input("--mode diffusion-step: {} is a {} model (autoregressive); it needs a masked-diffusion model such as Dream",
+              cfg.dir.string(), s.info().arch);
+  if (o.mode == "decode" && diffusion)
+    bad_input("--mode decode: {} is a {} model (masked diffusion, no KV cache); use --mode diffusion-step",
+              cfg.dir.string(), s.info().arch);
+  const auto total = o.mode == "decode" ? o.prompt_tokens + o.tokens + 1 : o.tokens;
+  if (total > cfg.max_position_embeddings)
+    bad_input("--tokens: {} positions exceed max_position_embeddings {} of {}", total, cfg.max_position_embeddings,
+              cfg.dir.string());
+}
+
+// Bytes of the weights as the backend holds them (cpu-blas widens bf16 to f32 on upload).
+std::uint64_t backend_weight_bytes(Session& s) {
+  std::uint64_t bytes = 0;
+  s.weights().visit([&](const WeightInfo& w) {
+    try {
+      bytes += s.backend().weight(w.name).nbytes();
+    } catch (const Error&) {  // a tensor the model does not read (e.g. a tied lm_head)
+    }
+  });
+  return bytes;
+}
+
+// The widest vector ISA of this machine (what a run-time dispatching backend can use).
+std::string isa() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "avx512";
+  if (__builtin_cpu_supports("avx2")) return "avx2";
+  return "x86-64";
+#else
+  return "other";
+#endif
+}
+
+nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<RunTime> runs) {
+  std::sort(runs.begin(), runs.end(), [](const RunTime& a, const RunTime& b) { return a.seconds < b.seconds; });
+  const double best = runs.front().seconds, median = runs[runs.size() / 2].seconds;
+  const double work = static_cast<double>(o.tokens * o.batch);
+  const auto info = s.backend().info();
+  nlohmann::ordered_json j{{"mode", o.mode}, {"tokens", o.tokens}, {"batch", o.batch}, {"seconds", best},
+                   {"tokens_per_s", best > 0 ? work / best : 0.0}, {"peak_rss_mb", peak_rss_mb()},
+                   {"backend", info.name}, {"threads", info.threads}};
+  j["median_seconds"] = median;
+  j["median_tokens_per_s"] = median > 0 ? work / median : 0.0;
+  j["repeat"] = o.repeat;
+  if (o.mode != "prefill") j["prompt_tokens"] = o.prompt_tokens;
+  if (o.mode == "decode") j["prefill_seconds"] = runs.front().prefill_seconds;
+  j["arch"] = s.info().arch;
+  j["weights"] = o.common.weights;
+  j["weight_bytes"] = s.weights().total_bytes();
+  j["backend_weight_bytes"] = backend_weight_bytes(s);
+  j["isa"] = isa();
+  return j;
+}
+
+void print_text(const nlohmann::ordered_json& j) {
+  std::cout << "sonde bench " << j["mode"].get<std::string>() << ": " << j["tokens"] << " tokens x batch "
+            << j["batch"] << " on " << j["backend"].get<std::string>() << " (" << j["threads"] << " threads)\n";
+  std::cout << fmt::format("  best   {:.4f} s  {:.2f} tokens/s\n", j["seconds"].get<double>(),
+                           j["tokens_per_s"].get<double>());
+  std::cout << fmt::format("  median {:.4f} s  {:.2f} tokens/s  ({} runs after 1 warm-up)\n",
+                           j["median_seconds"].get<double>(), j["median_tokens_per_s"].get<double>(),
+                           j["repeat"].get<std::int64_t>());
+  if (j.contains("prefill_seconds"))
+    std::cout << fmt::format("  prefill of {} prompt tokens (not counted): {:.4f} s\n",
+                             j["prompt_tokens"].get<std::int64_t>(), j["prefill_seconds"].get<double>());
+  std::cout << fmt::format("  peak RSS {:.1f} MB; weights {:.1f} MB in the checkpoint, {:.1f} MB on the backend\n",
+                           j["peak_rss_mb"].get<double>(), j["weight_bytes"].get<double>() / 1e6,
+                           j["backend_weight_bytes"].get<double>() / 1e6);
+}
+
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  BenchOptions o;
+  po::options_description desc("bench options");
+  add_common_options(desc, o.common);
+  desc.add_options()
+      ("mode", po::value(&o.mode)->default_value("prefill"), "prefill, decode or diffusion-step")
+      ("tokens", po::value(&o.tokens)->default_value(128),
+       "prefill: tokens per row; decode: tokens generated after the prompt; diffusion-step: canvas length")
+      ("prompt-tokens", po::value(&o.prompt_tokens),
+       "decode: prompt length (default 128); diffusion-step: prompt part of the canvas (default tokens/2)")
+      ("batch", po::value(&o.batch)->default_value(1), "rows per forward")
+      ("repeat", po::value(&o.repeat)->default_value(3), "timed runs after one warm-up; best and median reported")
+      ("json", po::bool_switch(&o.json), "print one JSON object");
+  po::variables_map vm;
+  if (!parse_options(args, "usage: sonde bench --model DIR [--mode prefill|decode|diffusion-step] [--tokens N] "
+                           "[--prompt-tokens N] [--batch N] [--repeat N] [--json]", desc, vm))
+    return 0;
+  o.prompt_given = vm.count("prompt-tokens") > 0;
+  check_options(o);
+
+  auto session = open_session(o.common);
+  check_model(*session, o);
+  run_once(*session, o, true);
+  std::vector<RunTime> runs;
+  for (std::int64_t r = 0; r < o.repeat; ++r) runs.push_back(run_once(*session, o, false));
+  const auto j = report(*session, o, runs);
+  if (o.json) std::cout << j.dump() << "\n";
+  else print_text(j);
+  return 0;
+}
+
+}  // namespace sonde::cli
