@@ -55,6 +55,7 @@ Extendible Extendible::open(const Handle& loc, const std::string& name) {
 }
 
 void Extendible::truncate(hsize_t rows) {
+  write_pending();
   if (rows > rows_)
     throw Error(ErrorKind::Runtime, "HDF5: cannot trim " + ds_.where() + " to " + std::to_string(rows) +
                                         " committed rows: it holds only " + std::to_string(rows_));
@@ -64,11 +65,14 @@ void Extendible::truncate(hsize_t rows) {
   rows_ = rows;
 }
 
-void Extendible::flush() { check_rc(H5Dflush(ds_.id()), "flush", ds_.where()); }
+void Extendible::flush() {
+  write_pending();
+  check_rc(H5Dflush(ds_.id()), "flush", ds_.where());
+}
 
 void Extendible::read_at(hsize_t row, void* out, hid_t mem_type) const {
   const std::string what = "read row " + std::to_string(row) + " of";
-  if (row >= rows_ || !row_dims_.empty()) fail(what, ds_.where());
+  if (row >= rows_ || !row_dims_.empty()) fail(what, ds_.where());  // gathered rows are not readable yet
   Handle file_space = dataset_space(ds_);
   const hsize_t one = 1;
   check_rc(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, &row, nullptr, &one, nullptr), what, ds_.where());
@@ -76,8 +80,25 @@ void Extendible::read_at(hsize_t row, void* out, hid_t mem_type) const {
   check_rc(H5Dread(ds_.id(), mem_type, mem_space.id(), file_space.id(), H5P_DEFAULT, out), what, ds_.where());
 }
 
+namespace {
+constexpr std::size_t kPendingBytes = std::size_t{256} << 10;
+}
+
 void Extendible::append(const void* data, hsize_t rows, hid_t mem_type) {
   if (rows == 0) return;
+  if (pending_rows_ && H5Tequal(mem_type, pending_type_) <= 0) write_pending();
+  std::size_t row_bytes = H5Tget_size(mem_type);
+  for (auto d : row_dims_) row_bytes *= d;
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  pending_.insert(pending_.end(), bytes, bytes + row_bytes * rows);
+  pending_rows_ += rows;
+  pending_type_ = mem_type;
+  if (pending_.size() >= kPendingBytes) write_pending();
+}
+
+void Extendible::write_pending() {
+  if (pending_rows_ == 0) return;
+  const hsize_t rows = pending_rows_;
   std::vector<hsize_t> extent{rows_ + rows}, start{rows_}, count{rows};
   extent.insert(extent.end(), row_dims_.begin(), row_dims_.end());
   count.insert(count.end(), row_dims_.begin(), row_dims_.end());
@@ -88,8 +109,11 @@ void Extendible::append(const void* data, hsize_t rows, hid_t mem_type) {
   check_rc(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
            what, ds_.where());
   Handle mem_space = create_space(count, count);
-  check_rc(H5Dwrite(ds_.id(), mem_type, mem_space.id(), file_space.id(), H5P_DEFAULT, data), what, ds_.where());
+  check_rc(H5Dwrite(ds_.id(), pending_type_, mem_space.id(), file_space.id(), H5P_DEFAULT, pending_.data()), what,
+           ds_.where());
   rows_ += rows;
+  pending_.clear();
+  pending_rows_ = 0;
 }
 
 }  // namespace sonde::h5

@@ -29,24 +29,35 @@ class Extendible {
   // An existing dataset (streaming reopen); rows() is its current extent.
   static Extendible open(const Handle& loc, const std::string& name);
 
-  // Appends `rows` contiguous rows of `mem_type` elements. The extent is only counted once the
-  // write succeeded, so a failed append is overwritten by the next one.
+  // Appends `rows` contiguous rows of `mem_type` elements. Rows are gathered in memory and
+  // written about 256 KiB at a time: one extent change and one write per batch instead of per
+  // call, which is what keeps per-prompt appends cheap. write_pending() and flush() write them.
   void append(const void* data, hsize_t rows, hid_t mem_type);
-  hsize_t rows() const { return rows_; }
+  // Writes the gathered rows. The extent is only counted once the write succeeded.
+  void write_pending();
+  hsize_t rows() const { return rows_ + pending_rows_; }
   // Shrinks the extent to `rows` (resume drops uncommitted rows); more rows than the dataset
   // holds means the file does not match its /progress, which is an error.
   void truncate(hsize_t rows);
-  // Makes the dataset's data and metadata durable for a SWMR reader or a crash (H5Dflush).
+  // Writes the gathered rows, then makes the dataset's data and metadata durable for a SWMR
+  // reader or a crash (H5Dflush).
   void flush();
   // Element `row` of a 1-D column.
   void read_at(hsize_t row, void* out, hid_t mem_type) const;
   const Handle& handle() const { return ds_; }
-  void close() { ds_.close(); }
+  void close() {  // gathered rows not yet written are dropped: call flush() first to keep them
+    pending_.clear();
+    pending_rows_ = 0;
+    ds_.close();
+  }
 
  private:
   Handle ds_;
   std::vector<hsize_t> row_dims_;
   hsize_t rows_ = 0;
+  std::vector<unsigned char> pending_;
+  hsize_t pending_rows_ = 0;
+  hid_t pending_type_ = H5I_INVALID_HID;
 };
 
 }  // namespace sonde::h5

@@ -197,14 +197,19 @@ void Hdf5Sink::checkpoint(const CommitMark& mark) {
 // Data first, then the mark: a crash between the two leaves the previous mark, which the data
 // on disk covers. Flushing each dataset is what makes SWMR files survive a kill (toolchain §4).
 void Hdf5Sink::write_checkpoint(const h5::ProgressValues& v) {
-  for (auto& [name, act] : acts_) act.data.flush();
-  rows_.flush();
-  prompts_.flush();
-  if (steps_) steps_.flush();
+  flush_datasets();
   flush_file();
   progress_.write(v);
   flush_file();
   if (options_.durable) fsync_file(file_);
+}
+
+// Writes the rows each dataset gathered (Extendible batches its appends) and flushes it.
+void Hdf5Sink::flush_datasets() {
+  for (auto& [name, act] : acts_) act.data.flush();
+  rows_.flush();
+  prompts_.flush();
+  if (steps_) steps_.flush();
 }
 
 void Hdf5Sink::flush_file() { h5::check_rc(H5Fflush(file_.id(), H5F_SCOPE_LOCAL), "flush", path_); }
@@ -212,7 +217,10 @@ void Hdf5Sink::flush_file() { h5::check_rc(H5Fflush(file_.id(), H5F_SCOPE_LOCAL)
 void Hdf5Sink::flush() {
   h5::silence_errors();
   require_open("flush");
-  submit(0, [this] { flush_file(); });
+  submit(0, [this] {
+    flush_datasets();
+    flush_file();
+  });
   if (queue_) queue_->drain();
 }
 
@@ -226,6 +234,7 @@ void Hdf5Sink::close() {
   }
   const bool covered = !options_.streaming || (last_mark_.prompts == counts_.prompts && counts_.rows_added == counts_.rows &&
                                                counts_.steps_added == counts_.steps);
+  if (!options_.streaming) flush_datasets();  // streaming: the last checkpoint wrote everything covered
   if (covered) {
     h5::write_attr(file_, "complete", std::int64_t{1});
     if (options_.streaming) flush_file();

@@ -71,6 +71,7 @@ class Hdf5Sink final : public Sink {
   void check_rows(const Act& act, const TensorView& rows) const;
   void check_mark(const CommitMark& mark) const;
   void write_checkpoint(const h5::ProgressValues& v);  // on the writer thread
+  void flush_datasets();
   void flush_file();
   void close_objects();
   void abandon() noexcept;  // closes every handle, ignoring failures, without marking complete

@@ -37,6 +37,7 @@ void RaggedColumn::create(const Handle& group, const std::string& values, const 
   offsets_ = column(group, offsets, H5T_STD_I64LE);
   end_ = 0;
   offsets_.append(&end_, 1, H5T_NATIVE_INT64);
+  offsets_.write_pending();  // the leading 0 is part of the empty table's layout: on disk at once
 }
 
 void RaggedColumn::open(const Handle& group, const std::string& values, const std::string& offsets) {

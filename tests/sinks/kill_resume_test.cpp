@@ -36,12 +36,15 @@ struct Child {
   DType storage = DType::f32;
   bool diffusion = false;
   std::size_t queue_bytes = std::size_t{1} << 20;
+  // The child sleeps this long per prompt, as a model's forward would: the run then lasts long
+  // enough that random kill times land inside it however fast the sink writes.
+  int pace_us = 1000;
 };
 
 pid_t spawn(const Child& c, bool resume) {
   std::vector<std::string> args{SONDE_STREAM_CHILD, c.path, c.results, std::to_string(kPrompts), std::to_string(c.every),
                                 resume ? "resume" : "fresh", std::string(dtype_name(c.storage)), c.diffusion ? "1" : "0",
-                                std::to_string(c.queue_bytes)};
+                                std::to_string(c.queue_bytes), std::to_string(c.pace_us)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -238,7 +241,7 @@ TEST(FullDisk, WriterErrorSurfacesAsAClearErrorAndTheCommittedPrefixSurvives) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 2, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   std::vector<std::string> args{SONDE_STREAM_CHILD, c.path, c.results, std::to_string(kPrompts), "7", "fresh", "f32", "0",
-                                std::to_string(1 << 20)};
+                                std::to_string(1 << 20), std::to_string(c.pace_us)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -290,7 +293,7 @@ TEST(StockH5pyAfterKill, ReadsTheCommittedPrefixAfterH5clearAndTheResumedFileWho
   auto [status, output] = run_shell(script + "'" + killed + "' '" + ref.path + "'");
   EXPECT_EQ(status, 0) << output;
   ASSERT_EQ(run_shell("'" SONDE_STREAM_CHILD "' '" + c.path + "' '" + c.results + "' " + std::to_string(kPrompts) +
-                      " 7 resume bf16 1 1048576").first, 0);
+                      " 7 resume bf16 1 1048576 0").first, 0);
   std::tie(status, output) = run_shell(script + "'" + c.path + "' '" + ref.path + "'");
   EXPECT_EQ(status, 0) << output;
 }

@@ -11,9 +11,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 using namespace sonde;
 using namespace sonde::test;
@@ -57,11 +59,13 @@ int run(char** argv) {
   o.storage = parse_dtype(argv[6]);
   o.diffusion = std::string(argv[7]) == "1";
   o.queue_bytes = static_cast<std::size_t>(std::atoll(argv[8]));
+  const auto pace = std::chrono::microseconds(std::atoll(argv[9]));
   auto sink = make_hdf5_sink();
   const CommitMark start = sink->open(o, stream_meta(), stream_hooks());
   Results results(results_path, start.results_bytes);
   CommitMark mark = start;
   for (std::int64_t p = start.prompts; p < n; ++p) {
+    std::this_thread::sleep_for(pace);  // stands in for the forward passes of a real run
     stream_one(*sink, p, o.diffusion);
     results.append(result_line(p));
     mark.prompts = p + 1;
@@ -78,8 +82,8 @@ int run(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 9) {
-    std::fprintf(stderr, "usage: stream_child PATH RESULTS N EVERY fresh|resume DTYPE DIFFUSION QUEUE_BYTES\n");
+  if (argc != 10) {
+    std::fprintf(stderr, "usage: stream_child PATH RESULTS N EVERY fresh|resume DTYPE DIFFUSION QUEUE_BYTES PACE_US\n");
     return 11;
   }
   try {
