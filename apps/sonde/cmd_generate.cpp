@@ -12,6 +12,7 @@
 #include <sonde/error.h>
 #include <sonde/registry.h>
 #include <sonde/session_decode.h>
+#include <sonde/stop_strings.h>
 #include <sonde/tokenizer.h>
 
 #include <nlohmann/json.hpp>
@@ -128,15 +129,17 @@ int run_autoregressive(Session& s, const GenerateOptions& o, const po::variables
   std::optional<StreamDecoder> stream;
   const bool streaming = !o.json && prompts.size() == 1 && tok;
   if (streaming) stream.emplace(*tok, false);
+  StopStringFilter shown(o.stop);  // the terminal never shows a stop string or what follows it
   SessionDecodeForward fwd(s);
   const auto res = generate_autoregressive_captured(fwd, prompts, a, target.spec, prompt_indices(prompts.size()),
                                                     [&](const ArStep& st) {
-    if (stream && st.new_tokens[0] >= 0) std::cout << stream->push(st.new_tokens[0]) << std::flush;
+    if (stream && st.new_tokens[0] >= 0) std::cout << shown.push(stream->push(st.new_tokens[0])) << std::flush;
   });
-  if (streaming) std::cout << stream->finish() << "\n";
+  if (streaming) std::cout << shown.push(stream->finish()) << shown.finish() << "\n";
   for (std::size_t r = 0; r < res.completions.size(); ++r) {
     const auto& c = res.completions[r];
-    const auto text = completion_text(tok, c.tokens, false);
+    auto text = completion_text(tok, c.tokens, false);
+    if (text) *text = cut_at_stop_string(*text, o.stop);  // HF style: the text ends before the stop string
     write_prompt(target, res.captured, r, c.prompt, c.tokens, text, c.finish_reason, a.seeds[r]);
     if (o.json) print_json(c.prompt, c.tokens, text, c.finish_reason, nullptr);
     else if (!streaming) std::cout << (text ? *text : nlohmann::json(c.tokens).dump()) << "\n";
@@ -225,7 +228,9 @@ int cmd_generate(const Args& args) {
       ("alg", po::value<std::string>(), "origin, maskgit_plus, topk_margin or entropy (default entropy)")
       ("alg-temp", po::value(&o.alg_temp), "diffusion: > 0 samples positions from softmax(conf / alg_temp)")
       ("eps", po::value<double>(), "diffusion: final timestep (default 1e-3)")
-      ("stop", po::value(&o.stop)->composing(), "stop when the completion contains this text (repeatable)")
+      ("stop", po::value(&o.stop)->composing(),
+       "autoregressive: stop when the completion text contains this string (repeatable); the text "
+       "ends before it, the ids keep every token up to the one that completed it")
       ("json", po::bool_switch(&o.json), "print one JSON object per prompt")
       ("history", po::bool_switch(&o.history), "diffusion, with --json: the canvas after every step")
       ("no-kv-cache", po::bool_switch(&o.no_cache), "autoregressive: recompute the whole prefix every step")

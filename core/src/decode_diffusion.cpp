@@ -39,10 +39,11 @@ struct Canvas {
   std::int64_t B = 0, N = 0, T = 0;
   std::vector<std::int32_t> x;  // [B, N]
   StepInput input;              // ids refreshed from x every step
+  std::vector<std::int64_t> pad;  // left-pad slots per row
 };
 
 Canvas make_canvas(const PaddedBatch& pb, const DiffusionOptions& o) {
-  Canvas c{pb.batch, pb.tokens + o.max_new_tokens, pb.tokens, {}, {}};
+  Canvas c{pb.batch, pb.tokens + o.max_new_tokens, pb.tokens, {}, {}, pb.pad};
   std::vector<std::uint8_t> am;  // the prompt mask, padded with 1 for the generated slots
   std::vector<std::int32_t> pos;
   for (std::int64_t r = 0; r < c.B; ++r) {
@@ -112,6 +113,11 @@ DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::
   const auto ts = diffusion_timesteps(o.steps, o.eps);
   auto seed = [&](std::int64_t r) { return o.seeds.empty() ? 0 : o.seeds.at(static_cast<std::size_t>(r)); };
   const bool by_position_sampling = o.alg_temp && *o.alg_temp > 0;
+  // A draw's slot counter is the slot in the row's own (unpadded) canvas, so a prompt's draws do
+  // not depend on how far a batch left-pads it (one seed, one output, alone or in a batch).
+  auto slot = [&](std::int64_t r, std::int64_t j) {
+    return static_cast<std::uint64_t>(j - c.pad[static_cast<std::size_t>(r)]);
+  };
 
   for (std::int64_t i = 0; i < o.steps; ++i) {
     const float t = ts[static_cast<std::size_t>(i)], s = ts[static_cast<std::size_t>(i + 1)];
@@ -129,9 +135,9 @@ DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::
         for (std::int64_t j = 0; j < N; ++j) {
           const auto at = static_cast<std::size_t>(r * N + j);
           if (c.x[at] != o.mask_id) continue;
-          if (!(counter_uniform(seed(r), static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(j), RngStream::Reveal) < p))
+          if (!(counter_uniform(seed(r), static_cast<std::uint64_t>(i), slot(r, j), RngStream::Reveal) < p))
             continue;
-          const auto u = counter_uniform(seed(r), static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(j), RngStream::Token);
+          const auto u = counter_uniform(seed(r), static_cast<std::uint64_t>(i), slot(r, j), RngStream::Token);
           const auto ch = dream_sample_token(shifted_row(logits, r, j, N, V), o.sampling, u);
           conf[at] = ch.confidence;
           c.x[at] = ch.token;
@@ -143,7 +149,7 @@ DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::
         for (std::int64_t j = 0; j < N; ++j) {
           const auto at = static_cast<std::size_t>(r * N + j);
           if (c.x[at] != o.mask_id) continue;
-          const auto u = counter_uniform(seed(r), static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(j), RngStream::Token);
+          const auto u = counter_uniform(seed(r), static_cast<std::uint64_t>(i), slot(r, j), RngStream::Token);
           const auto ch = dream_sample_token(shifted_row(logits, r, j, N, V), o.sampling, u);
           full[at] = conf[at] = ch.confidence;
           x0[at] = ch.token;

@@ -381,7 +381,9 @@ def run_case(m, case, seed):
 def write_case(f, case, prompts, attempt, res, seed):
     kind, name = case[0], case[1]
     batch = len(prompts) > 1
-    entry = {"kind": kind, "name": name, "max_new_tokens": MAX_NEW, "margins": res["margins"],
+    # JSON has no Infinity: a margin without any decision of its kind (e.g. no top_p) is null.
+    margins = {k: (v if np.isfinite(v) else None) for k, v in res["margins"].items()}
+    entry = {"kind": kind, "name": name, "max_new_tokens": MAX_NEW, "margins": margins,
              "prompt_lcg_seeds": [seed * 1000 + attempt * 10 + r for r in range(len(prompts))]}
     if kind == "ar":
         g = make_group(f, f"ar_greedy/{name}")
