@@ -1,0 +1,133 @@
+// sonde bench (design §6) on tiny checkpoints: the --json object of every mode has every field
+// with values that follow from the request (no timing assertions: speed is measured in bench/),
+// and bad input exits 2 with one line naming the value.
+#include "checkpoint.h"
+#include "expect.h"
+#include "process.h"
+#include "test_paths.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace sonde::test {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class Bench : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / "sonde-tests" / ("Bench-" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    qwen_ = root_ / "qwen2";
+    dream_ = root_ / "dream";
+    make_tiny_model(qwen_, "qwen2");
+    make_tiny_model(dream_, "dream");
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(qwen_ / "model.safetensors")) << "sonde make-model (qwen2) failed in SetUpTestSuite";
+    ASSERT_TRUE(fs::exists(dream_ / "model.safetensors")) << "sonde make-model (dream) failed in SetUpTestSuite";
+  }
+
+  // Runs `sonde bench --json` and returns the one JSON object it prints.
+  static json bench_json(const fs::path& model, std::vector<std::string> extra) {
+    std::vector<std::string> args{"bench", "--model", model.string(), "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Outcome o = run(args);
+    EXPECT_EQ(o.exit_code, 0) << o.describe();
+    const auto lines = lines_of(o.out);
+    EXPECT_EQ(lines.size(), 1u) << o.describe();
+    if (lines.size() != 1) return json();
+    return json::parse(lines[0]);
+  }
+
+  // Every field of design §6 with values consistent with the request.
+  static void expect_fields(const json& j, const std::string& mode, std::int64_t tokens, std::int64_t batch,
+                            const std::string& backend) {
+    for (const char* f : {"mode", "tokens", "batch", "seconds", "tokens_per_s", "peak_rss_mb", "backend", "threads"})
+      ASSERT_TRUE(j.contains(f)) << "missing field " << f << " in " << j.dump();
+    EXPECT_EQ(j["mode"], mode);
+    EXPECT_EQ(j["tokens"].get<std::int64_t>(), tokens);
+    EXPECT_EQ(j["batch"].get<std::int64_t>(), batch);
+    const double s = j["seconds"].get<double>();
+    EXPECT_GT(s, 0.0);
+    const double expected_rate = static_cast<double>(tokens * batch) / s;
+    EXPECT_NEAR(j["tokens_per_s"].get<double>(), expected_rate, 1e-6 * expected_rate) << j.dump();
+    EXPECT_GT(j["peak_rss_mb"].get<double>(), 0.0);
+    EXPECT_EQ(j["backend"], backend);
+    EXPECT_GE(j["threads"].get<int>(), 1);
+    // The median of the repeats is never faster than the best.
+    ASSERT_TRUE(j.contains("median_seconds"));
+    EXPECT_GE(j["median_seconds"].get<double>(), s);
+  }
+
+  static inline fs::path root_, qwen_, dream_;
+};
+
+TEST_F(Bench, PrefillJsonHasEveryField) {
+  for (const std::string backend : {"reference", "cpu-blas"}) {
+    const json j = bench_json(qwen_, {"--mode", "prefill", "--tokens", "16", "--batch", "2", "--repeat", "3",
+                                      "--backend", backend, "--threads", "1"});
+    expect_fields(j, "prefill", 16, 2, backend);
+    if (!j.is_null()) EXPECT_EQ(j["threads"].get<int>(), 1);
+  }
+}
+
+TEST_F(Bench, DecodeJsonHasEveryFieldAndExcludesThePrefill) {
+  const json j = bench_json(qwen_, {"--mode", "decode", "--tokens", "8", "--prompt-tokens", "12", "--repeat", "2",
+                                    "--backend", "cpu-blas"});
+  expect_fields(j, "decode", 8, 1, "cpu-blas");
+  if (j.is_null()) return;
+  EXPECT_EQ(j["prompt_tokens"].get<std::int64_t>(), 12);
+  EXPECT_GT(j["prefill_seconds"].get<double>(), 0.0);
+}
+
+TEST_F(Bench, DiffusionStepJsonHasEveryField) {
+  const json j = bench_json(dream_, {"--mode", "diffusion-step", "--tokens", "24", "--repeat", "1",
+                                     "--backend", "reference"});
+  expect_fields(j, "diffusion-step", 24, 1, "reference");
+  if (!j.is_null()) EXPECT_EQ(j["prompt_tokens"].get<std::int64_t>(), 12);  // half the canvas by default
+}
+
+TEST_F(Bench, WeightBytesAreTheCheckpointsTensorBytes) {
+  const json j = bench_json(qwen_, {"--tokens", "4", "--repeat", "1", "--backend", "reference"});
+  if (j.is_null()) return;
+  // The checkpoint file holds the tensor bytes plus an 8-byte length and the JSON header.
+  const auto st = read_safetensors(qwen_ / "model.safetensors");
+  EXPECT_EQ(j["weight_bytes"].get<std::uint64_t>(), st.data.size());
+}
+
+TEST_F(Bench, TextOutputNamesTheRate) {
+  const Outcome o = run({"bench", "--model", qwen_.string(), "--tokens", "4", "--repeat", "1"});
+  ASSERT_EQ(o.exit_code, 0) << o.describe();
+  EXPECT_NE(o.out.find("tokens/s"), std::string::npos) << o.describe();
+  EXPECT_NE(o.out.find("peak RSS"), std::string::npos) << o.describe();
+}
+
+TEST_F(Bench, BadInputExitsTwoNamingTheValue) {
+  const std::string q = qwen_.string(), d = dream_.string();
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "train"}), "bench", {"train"}, {"mode"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--tokens", "0"}), "bench", {"--tokens", "0"}, {"at least"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--batch", "0"}), "bench", {"--batch", "0"}, {"at least"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--repeat", "0"}), "bench", {"--repeat", "0"}, {"at least"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "decode", "--prompt-tokens", "0"}), "bench",
+                             {"--prompt-tokens", "0"}, {"at least"}));
+  // A diffusion step needs a masked-diffusion model; decode needs a KV cache (not Dream).
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "diffusion-step"}), "bench", {"qwen2"},
+                             {"masked-diffusion"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", d, "--mode", "decode"}), "bench", {"dream"}, {"kv cache"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", d, "--mode", "diffusion-step", "--tokens", "8",
+                                  "--prompt-tokens", "8"}),
+                             "bench", {"8"}, {"no masked slot"}));
+  // The tiny preset's context is finite: a request past it is refused before any work.
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--tokens", "100000000"}), "bench",
+                             {"max_position_embeddings"}, {"exceed"}));
+}
+
+}  // namespace
+}  // namespace sonde::test
