@@ -67,10 +67,12 @@ std::string completion_text(const std::optional<Tokenizer>& tok, std::vector<std
   return tok->decode(ids, false);
 }
 
-std::vector<std::int32_t> tokenize(const BatchRequest& r, const std::optional<Tokenizer>& tok, const Session& s) {
+// The prompt's tokens; `text` receives the text they encode (the rendered chat for messages).
+std::vector<std::int32_t> tokenize(const BatchRequest& r, const std::optional<Tokenizer>& tok, const Session& s,
+                                   std::string& text) {
   if (!r.ids.empty()) return r.ids;
   if (!tok) bad_input("line {}: {} has no tokenizer; give \"ids\"", r.line, s.config().dir.string());
-  std::string text = r.text;
+  text = r.text;
   if (!r.messages.is_null()) {
     std::vector<ChatMessage> msgs;
     for (const auto& m : r.messages) msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
@@ -88,7 +90,7 @@ PreparedRequest prepare_request(const BatchRequest& r, std::int64_t prompt_idx, 
   PreparedRequest p;
   p.prompt_idx = prompt_idx;
   p.request = &r;
-  p.ids = tokenize(r, tok, s);
+  p.ids = tokenize(r, tok, s, p.text);
   const auto& cfg = s.config();
   for (auto id : p.ids)
     if (id >= cfg.vocab_size) bad_input("line {}: token id {} is outside the vocabulary [0, {})", r.line, id, cfg.vocab_size);

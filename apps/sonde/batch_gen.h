@@ -20,6 +20,7 @@ struct PreparedRequest {
   std::int64_t prompt_idx = 0;     // index among the input's requests
   const BatchRequest* request = nullptr;
   std::vector<std::int32_t> ids;   // the prompt's tokens
+  std::string text;                // the prompt text, or the rendered chat ("" for ids)
   nlohmann::json options;          // command-line defaults overridden by the line's options
   std::uint64_t seed = 0;          // the line's seed, else --seed + prompt_idx
   std::string key;                 // requests with equal keys may share a micro-batch

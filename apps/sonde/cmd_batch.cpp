@@ -17,6 +17,9 @@
 #include <sonde/session_decode.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <unistd.h>
 #include <csignal>
 #include <iostream>
 
@@ -53,6 +56,17 @@ void check_outputs(const BatchOptions& o) {
       bad_input("{}: {} exists (use --resume to continue that run or --overwrite to replace it)", flag, path);
   if (!o.acts.empty() && std::filesystem::absolute(o.acts) == std::filesystem::absolute(o.output))
     bad_input("--acts and --output are the same file {}", o.output);
+  // An output that cannot be created is refused before the model loads and before anything is
+  // written (the activation file is opened first, so a bad --output found later would leave it).
+  for (const auto& [flag, path] : {std::pair{"--output", o.output}, std::pair{"--acts", o.acts}}) {
+    if (path.empty()) continue;
+    const auto parent = std::filesystem::absolute(path).parent_path();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(parent, ec))
+      bad_input("{}: cannot write {}: {} is not a directory", flag, path, parent.string());
+    if (::access(parent.c_str(), W_OK | X_OK) != 0)
+      bad_input("{}: cannot write {}: directory {} is not writable ({})", flag, path, parent.string(), std::strerror(errno));
+  }
 }
 
 // Everything that decides the outputs: a resumed run must match it exactly.
@@ -107,7 +121,7 @@ PromptRecord prompt_record(const PreparedRequest& p, const RequestResult& r) {
   PromptRecord rec;
   rec.prompt_idx = p.prompt_idx;
   rec.id = p.request->id;
-  rec.text = p.request->text;
+  rec.text = p.text;
   rec.completion = r.text;
   rec.finish_reason = r.finish_reason;
   rec.token_ids = p.ids;
