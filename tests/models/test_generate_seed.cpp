@@ -158,6 +158,41 @@ TEST(GenerateStop, CompletionTextEndsBeforeTheStopString) {
   EXPECT_EQ(two[0]["completion"].get<std::string>(), expected);
 }
 
+// Dream fills every slot and never stops; its completion text ends before the first
+// <|endoftext|> (make-model's synthetic tokenizer has it; <|dlm_pad|> is covered by the unit
+// test). Near-uniform sampling (temperature 5) over a batch of rows makes some row contain it.
+TEST(GenerateDreamText, CompletionTextIsCutAtEndOfText) {
+  const auto model = temp_dir() / "model";
+  const auto made = run_sonde({"make-model", "--arch", "dream", "--preset", "tiny", "--seed", "41", "--out", model.string()});
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto decode = [&](const std::vector<std::int64_t>& ids) {
+    const auto r = run_sonde({"tokenize", "--model", model.string(), "--decode", "--text", join_ids(ids)});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output)["text"].get<std::string>();
+  };
+  const auto eot = nlohmann::json::parse(run_sonde({"tokenize", "--model", model.string(), "--text", "<|endoftext|>"}).output)["ids"];
+  ASSERT_EQ(eot.size(), 1u);
+  const std::int64_t end_id = eot[0].get<std::int64_t>();
+  int checked = 0;
+  for (int seed = 1; seed <= 6 && checked == 0; ++seed) {
+    std::vector<std::string> args{"--model", model.string(), "--backend", "reference", "--json", "--alg", "origin",
+                                  "--temperature", "5", "--max-new-tokens", "64", "--steps", "4", "--seed",
+                                  std::to_string(seed * 100)};
+    for (int r = 0; r < 32; ++r) args.insert(args.end(), {"--ids", "17,301,5,999"});
+    for (const auto& row : generate(args)) {
+      const auto ids = row["completion_ids"].get<std::vector<std::int64_t>>();
+      const auto at = std::find(ids.begin(), ids.end(), end_id);
+      if (at == ids.end() || at + 1 == ids.end()) continue;  // want text after the end token too
+      EXPECT_EQ(ids.size(), 64u);  // every slot is filled: the ids are not cut
+      const std::vector<std::int64_t> before(ids.begin(), at);
+      EXPECT_EQ(row["completion"].get<std::string>(), decode(before));
+      EXPECT_NE(decode(ids).find("<|endoftext|>"), std::string::npos);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0) << "no sampled row contained <|endoftext|> before its last slot";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Sampling, GenerateSeed,
     ::testing::Values(
