@@ -25,7 +25,7 @@ struct BenchOptions {
   CommonOptions common;
   std::string mode = "prefill";
   std::int64_t tokens = 128, prompt_tokens = 128, batch = 1, repeat = 3;
-  bool json = false, prompt_given = false;
+  bool json = false, prompt_given = false, no_cache = false;
 };
 
 // One timed run: `seconds` is the timed part; decode also reports the prefill it excludes.
@@ -82,13 +82,13 @@ RunTime run_prefill(Session& s, const BenchOptions& o) {
   return {since(t0), 0};
 }
 
-// Decode: greedy, no EOS, KV cache. max_new_tokens = tokens + 1: step 0 is the prefill (its
+// Decode: greedy, no EOS, KV cache (unless --no-kv-cache). max_new_tokens = tokens + 1: step 0 is the prefill (its
 // token is not counted); the timed part is the next `tokens` steps, one cached forward each.
 RunTime run_decode(Session& s, const BenchOptions& o, std::int64_t tokens) {
   ArOptions a;
   a.max_new_tokens = tokens + 1;
   a.sampling.do_sample = false;
-  a.use_cache = true;
+  a.use_cache = !o.no_cache;
   SessionDecodeForward fwd(s);
   const auto t0 = Clock::now();
   Clock::time_point after_prefill = t0, last = t0;
@@ -130,6 +130,7 @@ void check_options(BenchOptions& o) {
   if (o.batch < 1) bad_input("--batch must be at least 1, got {}", o.batch);
   if (o.repeat < 1) bad_input("--repeat must be at least 1, got {}", o.repeat);
   if (o.prompt_tokens < 1) bad_input("--prompt-tokens must be at least 1, got {}", o.prompt_tokens);
+  if (o.no_cache && o.mode != "decode") bad_input("--no-kv-cache applies to --mode decode, not {}", o.mode);
   if (o.mode != "diffusion-step") return;
   // The canvas is prompt + masks; by default half and half (64 + 64 for --tokens 128).
   if (o.tokens < 2) bad_input("--tokens: a diffusion canvas needs a prompt token and a mask, got {}", o.tokens);
@@ -189,7 +190,10 @@ nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<Run
   j["median_tokens_per_s"] = median > 0 ? work / median : 0.0;
   j["repeat"] = o.repeat;
   if (o.mode != "prefill") j["prompt_tokens"] = o.prompt_tokens;
-  if (o.mode == "decode") j["prefill_seconds"] = runs.front().prefill_seconds;
+  if (o.mode == "decode") {
+    j["prefill_seconds"] = runs.front().prefill_seconds;
+    j["kv_cache"] = !o.no_cache;
+  }
   j["arch"] = s.info().arch;
   j["weights"] = o.common.weights;
   j["weight_bytes"] = s.weights().total_bytes();
@@ -228,6 +232,7 @@ int cmd_bench(const Args& args) {
        "decode: prompt length (default 128); diffusion-step: prompt part of the canvas (default tokens/2)")
       ("batch", po::value(&o.batch)->default_value(1), "rows per forward")
       ("repeat", po::value(&o.repeat)->default_value(3), "timed runs after one warm-up; best and median reported")
+      ("no-kv-cache", po::bool_switch(&o.no_cache), "decode: recompute the whole prefix every step (what the cache saves)")
       ("json", po::bool_switch(&o.json), "print one JSON object");
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde bench --model DIR [--mode prefill|decode|diffusion-step] [--tokens N] "

@@ -85,6 +85,10 @@ TEST_F(Bench, DecodeJsonHasEveryFieldAndExcludesThePrefill) {
   if (j.is_null()) return;
   EXPECT_EQ(j["prompt_tokens"].get<std::int64_t>(), 12);
   EXPECT_GT(j["prefill_seconds"].get<double>(), 0.0);
+  EXPECT_EQ(j["kv_cache"], true);
+  const json slow = bench_json(qwen_, {"--mode", "decode", "--tokens", "8", "--repeat", "1", "--no-kv-cache"});
+  expect_fields(slow, "decode", 8, 1, slow.is_null() ? "" : slow["backend"].get<std::string>());
+  if (!slow.is_null()) EXPECT_EQ(slow["kv_cache"], false);
 }
 
 TEST_F(Bench, DiffusionStepJsonHasEveryField) {
@@ -117,6 +121,8 @@ TEST_F(Bench, BadInputExitsTwoNamingTheValue) {
   EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--repeat", "0"}), "bench", {"--repeat", "0"}, {"at least"}));
   EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "decode", "--prompt-tokens", "0"}), "bench",
                              {"--prompt-tokens", "0"}, {"at least"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--no-kv-cache"}), "bench", {"--no-kv-cache", "prefill"},
+                             {"applies to"}));
   // A diffusion step needs a masked-diffusion model; decode needs a KV cache (not Dream).
   EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "diffusion-step"}), "bench", {"qwen2"},
                              {"masked-diffusion"}));
