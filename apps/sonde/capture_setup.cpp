@@ -31,6 +31,7 @@ CaptureSpec make_capture_spec(Session& s, const CaptureOptions& o) {
   const auto& cfg = s.config();
   CaptureSpec spec;
   if (!o.hooks.empty()) spec.hooks = HookSelector::parse(o.hooks).resolve(s.hook_points(), cfg.num_hidden_layers);
+  require_fixed_row_shapes(spec.hooks);  // before any output file exists
   spec.positions = parse_position_policy(o.positions);
   spec.steps = parse_step_policy(o.diffusion_capture);
   spec.record_steps = s.info().decoding == DecodingKind::MaskedDiffusion;

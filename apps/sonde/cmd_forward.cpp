@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <iostream>
 
 namespace sonde::cli {
@@ -65,7 +66,9 @@ int cmd_forward(const Args& args) {
   session->check_ids(ids);  // before the output file exists: bad input leaves nothing behind
   if (std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
 
-  const auto hooks = HookSelector::parse(hooks_spec).resolve(session->hook_points(), cfg.num_hidden_layers);
+  auto hooks = HookSelector::parse(hooks_spec).resolve(session->hook_points(), cfg.num_hidden_layers);
+  for (auto& h : hooks)  // one sequence: attention patterns have exactly T keys per row
+    std::replace(h.row_shape.begin(), h.row_shape.end(), kKeysDim, T);
   nlohmann::json run{{"command", "forward"}, {"hooks", hooks_spec}, {"ids", ids}, {"text", text},
                      {"positions", "all"}, {"storage_dtype", storage}, {"compress", compress}};
   auto sink = PluginRegistry::instance().sink("hdf5");

@@ -23,7 +23,7 @@ int cmd_hooks(const Args& args) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& h : hooks) {
       std::vector<std::string> shape{"T"};
-      for (auto d : h.row_shape) shape.push_back(std::to_string(d));
+      for (auto d : h.row_shape) shape.push_back(d == kKeysDim ? "T" : std::to_string(d));
       out.push_back({{"name", h.name}, {"row_shape", h.row_shape}, {"shape", shape}});
     }
     std::cout << out.dump(1) << "\n";
@@ -33,11 +33,13 @@ int cmd_hooks(const Args& args) {
   for (const auto& h : hooks) width = std::max(width, h.name.size());
   for (const auto& h : hooks) {
     std::string shape = "[T";
-    for (auto d : h.row_shape) shape += ", " + std::to_string(d);
+    for (auto d : h.row_shape) shape += ", " + (d == kKeysDim ? std::string("T") : std::to_string(d));
     std::cout << h.name << std::string(width + 2 - h.name.size(), ' ') << shape << "]\n";
   }
   std::cout << "\n" << hooks.size() << " hook points; T is the number of tokens. Aliases: model.layers.{i} "
-            << "(= blocks.{i}.hook_resid_post), hidden_states.{k}, llama.cpp tags (l_out-{i}, ...).\n";
+            << "(= blocks.{i}.hook_resid_post), hidden_states.{k}, llama.cpp tags (l_out-{i}, ...).\n"
+            << "attn.hook_pattern rows hold one probability per key; they are computed on the reference path, "
+            << "only by `sonde forward`, and only when named (globs skip them unless they say hook_pattern).\n";
   return 0;
 }
 

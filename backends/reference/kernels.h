@@ -11,6 +11,7 @@ void linear(const Node& n, ops::Inputs in, const TensorView& out);
 void reshape(const Node& n, ops::Inputs in, const TensorView& out);
 void rope(const Node& n, ops::Inputs in, const TensorView& out);
 void attention(const Node& n, ops::Inputs in, const TensorView& out);
+void attention_pattern(const Node& n, ops::Inputs in, const TensorView& out);
 void add(const Node& n, ops::Inputs in, const TensorView& out);
 void silu_mul(const Node& n, ops::Inputs in, const TensorView& out);
 void concat(const Node& n, ops::Inputs in, const TensorView& out);

@@ -45,16 +45,16 @@ struct Head {
   std::int64_t b, h, g;  // batch, query head, kv head
 };
 
-// One query row: p = softmax_u(q.k_u * d^-0.5) over the allowed keys (double), out = sum p v_u.
-// A row with no allowed key outputs zeros.
-void attend_row(const Head& a, std::int64_t t, bool causal, std::vector<double>& score, float* y) {
+// One query row's probabilities p_u = softmax_u(q.k_u * d^-0.5) over the allowed keys, in
+// double; disallowed keys get 0, and a row with no allowed key is all zeros.
+void probabilities(const Head& a, std::int64_t t, bool causal, std::vector<double>& p) {
   const auto& d = a.d;
   const std::int64_t qs = t + (d.S - d.T);
   const std::int64_t qbase = ((a.b * d.T + t) * d.nh + a.h) * d.d;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d.d));
   double mx = -std::numeric_limits<double>::infinity();
   for (std::int64_t u = 0; u < d.S; ++u) {
-    auto& s = score[static_cast<std::size_t>(u)];
+    auto& s = p[static_cast<std::size_t>(u)];
     s = -std::numeric_limits<double>::infinity();
     if (!ops::allowed(causal, a.mask, qs, u)) continue;
     const std::int64_t kbase = ((a.b * d.S + u) * d.nkv + a.g) * d.d;
@@ -63,22 +63,31 @@ void attend_row(const Head& a, std::int64_t t, bool causal, std::vector<double>&
     s = dot * scale;
     mx = std::max(mx, s);
   }
-  std::vector<double> acc(static_cast<std::size_t>(d.d), 0.0);
-  if (mx != -std::numeric_limits<double>::infinity()) {
-    double sum = 0;
-    for (std::int64_t u = 0; u < d.S; ++u) {
-      auto& s = score[static_cast<std::size_t>(u)];
-      s = std::isinf(s) ? 0.0 : std::exp(s - mx);
-      sum += s;
-    }
-    for (std::int64_t u = 0; u < d.S; ++u) {
-      const double p = score[static_cast<std::size_t>(u)] / sum;
-      if (p == 0) continue;
-      const std::int64_t vbase = ((a.b * d.S + u) * d.nkv + a.g) * d.d;
-      for (std::int64_t j = 0; j < d.d; ++j) acc[static_cast<std::size_t>(j)] += p * at(a.v, vbase + j);
-    }
+  if (mx == -std::numeric_limits<double>::infinity()) {
+    std::fill(p.begin(), p.end(), 0.0);
+    return;
   }
-  for (std::int64_t j = 0; j < d.d; ++j) y[qbase + j] = static_cast<float>(acc[static_cast<std::size_t>(j)]);
+  double sum = 0;
+  for (auto& s : p) {
+    s = std::isinf(s) ? 0.0 : std::exp(s - mx);
+    sum += s;
+  }
+  for (auto& s : p) s /= sum;
+}
+
+// One query row: out = sum_u p_u v_u.
+void attend_row(const Head& a, std::int64_t t, bool causal, std::vector<double>& p, float* y) {
+  const auto& d = a.d;
+  probabilities(a, t, causal, p);
+  std::vector<double> acc(static_cast<std::size_t>(d.d), 0.0);
+  for (std::int64_t u = 0; u < d.S; ++u) {
+    const double pu = p[static_cast<std::size_t>(u)];
+    if (pu == 0) continue;
+    const std::int64_t vbase = ((a.b * d.S + u) * d.nkv + a.g) * d.d;
+    for (std::int64_t j = 0; j < d.d; ++j) acc[static_cast<std::size_t>(j)] += pu * at(a.v, vbase + j);
+  }
+  const std::int64_t ybase = ((a.b * d.T + t) * d.nh + a.h) * d.d;
+  for (std::int64_t j = 0; j < d.d; ++j) y[ybase + j] = static_cast<float>(acc[static_cast<std::size_t>(j)]);
 }
 
 }  // namespace
@@ -94,6 +103,29 @@ void attention(const Node& n, ops::Inputs in, const TensorView& out) {
     for (std::int64_t h = 0; h < d.nh; ++h) {
       const Head head{in[0], in[1], in[2], mask, d, b, h, h / group};
       for (std::int64_t t = 0; t < d.T; ++t) attend_row(head, t, n.params.causal, score, y);
+    }
+  }
+}
+
+}  // namespace sonde::reference
+
+namespace sonde::reference {
+
+// The probabilities of attention(): out[b, t, h, u] = p_u for query t of head h.
+void attention_pattern(const Node& n, ops::Inputs in, const TensorView& out) {
+  const auto d = ops::check_attention(n, in, out, /*pattern=*/true);
+  const std::int64_t group = d.nh / d.nkv;
+  std::vector<double> p(static_cast<std::size_t>(d.S));
+  float* y = out.as<float>();
+  for (std::int64_t b = 0; b < d.B; ++b) {
+    const std::uint8_t* mask = d.mask ? in[3].as<const std::uint8_t>() + b * d.S : nullptr;
+    for (std::int64_t h = 0; h < d.nh; ++h) {
+      const Head head{in[0], in[1], in[2], mask, d, b, h, h / group};
+      for (std::int64_t t = 0; t < d.T; ++t) {
+        probabilities(head, t, n.params.causal, p);
+        float* row = y + ((b * d.T + t) * d.nh + h) * d.S;
+        for (std::int64_t u = 0; u < d.S; ++u) row[u] = static_cast<float>(p[static_cast<std::size_t>(u)]);
+      }
     }
   }
 }

@@ -120,7 +120,7 @@ inline RopeDims check_rope(const Node& n, Inputs in, const TensorView& out) {
 
 // Attention: q[B,T,nh,d], k/v[B,S,nkv,d], mask[B,S] u8 -> [B,T,nh,d]; T <= S, nkv divides nh.
 struct AttnDims { std::int64_t B, T, S, nh, nkv, d; bool mask; };
-inline AttnDims check_attention(const Node& n, Inputs in, const TensorView& out) {
+inline AttnDims check_attention(const Node& n, Inputs in, const TensorView& out, bool pattern = false) {
   expect_arity(n, in, 3, 4);
   const char* names[] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {
@@ -136,7 +136,8 @@ inline AttnDims check_attention(const Node& n, Inputs in, const TensorView& out)
     expect_dtype(n, in[3], "mask", DType::u8);
     if (in[3].shape != Shape{q[0], k[1]}) fail(n, "mask {} does not match [{}, {}]", in[3].shape.str(), q[0], k[1]);
   }
-  expect_out(n, out, q, DType::f32);
+  // AttentionPattern (same inputs) writes the probabilities instead: [B,T,nh,S].
+  expect_out(n, out, pattern ? Shape{q[0], q[1], q[2], k[1]} : q, DType::f32);
   return {q[0], q[1], k[1], q[2], k[2], q[3], in.size() == 4};
 }
 

@@ -11,6 +11,11 @@ BackendInfo ReferenceBackend::info() const {
 }
 
 bool ReferenceBackend::supports(const Node& node, std::span<const DType> input_dtypes) const {
+  if (node.op == OpKind::AttentionPattern) {  // the slow path only: no other backend runs it
+    Node as_attention = node;
+    as_attention.op = OpKind::Attention;
+    return ops::supports_with(as_attention, input_dtypes, &ops::is_float16_32);
+  }
   return ops::supports_with(node, input_dtypes, &ops::is_float16_32);
 }
 
@@ -35,6 +40,7 @@ void ReferenceBackend::run(const Node& node, std::span<const TensorView> inputs,
     case OpKind::Reshape: return reshape(node, in, out);
     case OpKind::Rope: return rope(node, in, out);
     case OpKind::Attention: return attention(node, in, out);
+    case OpKind::AttentionPattern: return attention_pattern(node, in, out);
     case OpKind::Add: return add(node, in, out);
     case OpKind::SiluMul: return silu_mul(node, in, out);
     case OpKind::Concat: return concat(node, in, out);

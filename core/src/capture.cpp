@@ -74,10 +74,18 @@ void write_captured(Sink& sink, const CaptureSpec& spec, const CapturedPrompt& c
   sink.end_prompt(prompt);
 }
 
+void require_fixed_row_shapes(const std::vector<HookPoint>& hooks) {
+  for (const auto& h : hooks)
+    if (h.per_sequence())
+      bad_input("--hooks: {} has one value per key, and the number of keys changes during generation; "
+                "capture attention patterns with `sonde forward`", h.name);
+}
+
 namespace capture_detail {
 
 TapStore::TapStore(DecodeForward& model, const CaptureSpec& spec) : model_(model), spec_(spec) {
   std::vector<std::string> names;
+  require_fixed_row_shapes(spec.hooks);
   for (const auto& h : spec.hooks)
     if (!is_diffusion_state_hook(h.name)) names.push_back(h.name);
   if (names.empty()) return;  // nothing tapped: the forward runs as without capture

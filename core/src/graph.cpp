@@ -15,6 +15,7 @@ std::string_view op_name(OpKind op) {
     case OpKind::Attention: return "Attention";
     case OpKind::Add: return "Add";
     case OpKind::SiluMul: return "SiluMul";
+    case OpKind::AttentionPattern: return "AttentionPattern";
     case OpKind::Concat: return "Concat";
     case OpKind::Count: break;
   }
@@ -147,6 +148,14 @@ GraphBuilder::Ref GraphBuilder::attention(Ref q, Ref k, Ref v, std::optional<Ref
   Node n = make(OpKind::Attention, std::move(in), qs);
   n.params.causal = causal;
   return push(std::move(n));
+}
+
+GraphBuilder::Ref GraphBuilder::attention_pattern(Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal) {
+  Ref a = attention(q, k, v, mask, causal);  // same checks and inputs; replaced below
+  Node& n = g_.nodes[static_cast<std::size_t>(a.id)];
+  n.op = OpKind::AttentionPattern;
+  n.shape = Shape{shape(q)[0], shape(q)[1], shape(q)[2], shape(k)[1]};
+  return a;
 }
 
 GraphBuilder::Ref GraphBuilder::add(Ref a, Ref b) {

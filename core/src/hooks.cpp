@@ -110,6 +110,10 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 
 }  // namespace
 
+bool HookPoint::per_sequence() const {
+  return std::find(row_shape.begin(), row_shape.end(), kKeysDim) != row_shape.end();
+}
+
 std::string canonical_hook_name(std::string_view name, std::int64_t n_layers) {
   const std::string s(name);
   static const std::regex hidden(R"(hidden_states\.(\d+)|hidden_states\[(\d+)\])");
@@ -151,8 +155,14 @@ std::vector<HookPoint> HookSelector::resolve(const std::vector<HookPoint>& avail
     if (!expand_range(term, n_layers, wanted)) wanted.push_back(canonical_hook_name(term, n_layers));
     for (const auto& w : wanted) {
       bool hit = false;
-      for (std::size_t i = 0; i < available.size(); ++i)
+      // Attention patterns are large and computed on the slow path, so a glob takes them only
+      // when it names them ("blocks.*.attn.hook_pattern"), never as a side effect of "blocks.0.*".
+      const bool glob = w.find_first_of("*?") != std::string::npos;
+      const bool names_patterns = w.find("hook_pattern") != std::string::npos;
+      for (std::size_t i = 0; i < available.size(); ++i) {
+        if (glob && available[i].per_sequence() && !names_patterns) continue;
         if (glob_match(w, available[i].name)) chosen[i] = hit = true;
+      }
       if (hit) continue;
       std::string hint;
       for (const auto& c : closest_names(w, names)) hint += (hint.empty() ? "" : ", ") + c;

@@ -35,6 +35,7 @@ Ref attention_block(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b,
     values = b.concat1(b.input("past_v." + layer, DType::f32, past), v);
   }
   Ref z = b.name(b.attention(rq, keys, values, in.mask, s.causal), p + "attn.hook_z");
+  b.name(b.attention_pattern(rq, keys, values, in.mask, s.causal), p + "attn.hook_pattern");  // computed only if tapped
   Ref zf = b.reshape(z, Shape{B, T, s.heads * d});
   return b.name(b.linear(zf, b.weight(w + "self_attn.o_proj.weight")), p + "hook_attn_out");
 }

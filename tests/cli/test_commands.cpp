@@ -42,6 +42,7 @@ std::map<std::string, std::vector<std::int64_t>> expected_hooks() {
       h[p + n] = {kHidden};
     for (const char* n : {"attn.hook_q", "attn.hook_rot_q", "attn.hook_z"}) h[p + n] = {kHeads, kHeadDim};
     for (const char* n : {"attn.hook_k", "attn.hook_v", "attn.hook_rot_k"}) h[p + n] = {kKvHeads, kHeadDim};
+    h[p + "attn.hook_pattern"] = {kHeads, -1};  // one probability per key: -1 (JSON), "T" (text)
     for (const char* n : {"mlp.hook_pre", "mlp.hook_pre_linear", "mlp.hook_post"}) h[p + n] = {kInter};
   }
   return h;
@@ -137,16 +138,16 @@ TEST_F(Commands, HooksListsEveryPointWithItsShape) {
   const Outcome o = run({"hooks", "--model", model_.string()});
   ASSERT_EQ(o.exit_code, 0) << o.describe();
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"((^|\n)blocks\.1\.hook_resid_post  +\[T, 64\]\n)"))) << o.out;
-  const std::regex line(R"(^(\S+)  +\[T((?:, \d+)*)\]$)");
+  const std::regex line(R"(^(\S+)  +\[T((?:, (?:\d+|T))*)\]$)");
   std::map<std::string, std::vector<std::int64_t>> listed;
   for (const auto& l : lines_of(o.out)) {
     std::smatch m;
     if (!std::regex_match(l, m, line)) continue;
     std::vector<std::int64_t> shape;
     const std::string dims = m[2];
-    const std::regex number(R"(\d+)");
+    const std::regex number(R"(\d+|T)");
     for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it)
-      shape.push_back(std::stoll(it->str()));
+      shape.push_back(it->str() == "T" ? -1 : std::stoll(it->str()));
     listed[m[1]] = shape;
   }
   EXPECT_EQ(listed, expected_hooks());

@@ -37,6 +37,10 @@ std::string step_policy_name(const StepPolicy& p);
 std::vector<HookPoint> diffusion_state_hooks();
 bool is_diffusion_state_hook(std::string_view name);
 
+// BadInput for hooks whose rows change length during generation (attn.hook_pattern): generation
+// and batch capture only hooks with fixed row shapes; `sonde forward` captures the rest.
+void require_fixed_row_shapes(const std::vector<HookPoint>& hooks);
+
 struct CaptureSpec {
   std::vector<HookPoint> hooks;  // selected, in the model's order
   PositionPolicy positions = PositionPolicy::All;

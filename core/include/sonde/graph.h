@@ -25,6 +25,7 @@ enum class OpKind : std::uint8_t {
   Attention,  // (q[B,T,nh,d], k[B,S,nkv,d], v[B,S,nkv,d] [, mask[B,S] u8]) -> [B,T,nh,d]
   Add,        // (a, b) -> a + b, same shapes
   SiluMul,    // (g, u) -> silu(g) * u
+  AttentionPattern,  // Attention's inputs -> the softmax probabilities [B,T,nh,S] (slow path only)
   Concat,     // (a[B,P,...], b[B,T,...]) -> [B,P+T,...] along dim 1 (KV cache: past then new keys)
   Count
 };
@@ -72,6 +73,9 @@ class GraphBuilder {
   Ref reshape(Ref x, const Shape& shape);
   Ref rope(Ref x, Ref positions, double theta);
   Ref attention(Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal);
+  // The probabilities Attention(q, k, v, mask, causal) weighs v with: [B,T,nh,S]. Only tapped
+  // (nothing reads it), so the executor computes it only when the hook is asked for.
+  Ref attention_pattern(Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal);
   Ref add(Ref a, Ref b);
   Ref silu_mul(Ref gate, Ref up);
   Ref concat1(Ref a, Ref b);  // along dim 1; all other dims equal

@@ -23,10 +23,15 @@ struct ModelInfo {
   std::int64_t mask_token_id = -1;
 };
 
+// A row dimension that is the number of keys the query attends over (attn.hook_pattern): it
+// varies with the sequence, so such hooks are captured only by `sonde forward`.
+constexpr std::int64_t kKeysDim = -1;
+
 // A hook point and the shape of one row of it (one token position).
 struct HookPoint {
   std::string name;
-  std::vector<std::int64_t> row_shape;  // e.g. {896} or {14, 64}
+  std::vector<std::int64_t> row_shape;  // e.g. {896} or {14, 64}; {14, kKeysDim} for patterns
+  bool per_sequence() const;            // has a kKeysDim dimension
 };
 
 // A tensor the model reads: its name, the shape config.json implies, and how it may be split.
