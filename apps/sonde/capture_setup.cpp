@@ -2,6 +2,9 @@
 
 #include <sonde/error.h>
 #include <sonde/hooks.h>
+#include <sonde/tokenizer.h>
+
+#include <set>
 
 namespace sonde::cli {
 
@@ -35,11 +38,22 @@ CaptureSpec make_capture_spec(Session& s, const CaptureOptions& o) {
   spec.positions = parse_position_policy(o.positions);
   spec.steps = parse_step_policy(o.diffusion_capture);
   spec.record_steps = s.info().decoding == DecodingKind::MaskedDiffusion;
-  std::vector<std::int64_t> special(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
-  for (const auto& id : {cfg.bos_token_id, cfg.pad_token_id, cfg.mask_token_id})
-    if (id) special.push_back(*id);
-  spec.is_special = [special](std::int32_t t) { return std::find(special.begin(), special.end(), t) != special.end(); };
+  spec.is_special = special_token_test(s);
   return spec;
+}
+
+std::function<bool(std::int32_t)> special_token_test(const Session& s) {
+  const auto& cfg = s.config();
+  std::set<std::int32_t> special;
+  for (auto id : cfg.eos_token_ids) special.insert(static_cast<std::int32_t>(id));
+  for (const auto& id : {cfg.bos_token_id, cfg.pad_token_id, cfg.mask_token_id})
+    if (id) special.insert(static_cast<std::int32_t>(*id));
+  // The tokenizer's special added tokens too (<|im_start|>, <|im_end|>, ...): researchers filter
+  // chat scaffolding out of activation dumps by row kind.
+  if (Tokenizer::available(s.model_dir()))
+    for (const auto& t : Tokenizer::load(s.model_dir()).added_tokens())
+      if (t.special) special.insert(t.id);
+  return [special](std::int32_t t) { return special.count(t) > 0; };
 }
 
 nlohmann::json capture_config(const CaptureOptions& o) {

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 
 namespace sonde::cli {
@@ -23,6 +24,8 @@ DType storage_dtype(const std::string& name);
 // The selected hooks (closest names suggested for unknown ones), the policies, and the special
 // ids of the model's config. record_steps for diffusion models.
 CaptureSpec make_capture_spec(Session& s, const CaptureOptions& o);
+// Row kind "special": the config's bos/eos/pad/mask ids and the tokenizer's special tokens.
+std::function<bool(std::int32_t)> special_token_test(const Session& s);
 // The capture part of run_config_json: what decides the file's contents.
 nlohmann::json capture_config(const CaptureOptions& o);
 

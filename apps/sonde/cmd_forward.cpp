@@ -1,6 +1,7 @@
 // sonde forward: one forward pass over one sequence. Writes /input_ids, /logits (unshifted, as
 // the model returns them) and the selected hooks at every position, with /rows and /prompts.
 #include "app_common.h"
+#include "capture_setup.h"
 #include "commands.h"
 #include "run_metadata.h"
 
@@ -18,12 +19,9 @@ namespace sonde::cli {
 
 namespace {
 
-RowKind row_kind(const ModelConfig& c, std::int32_t id) {
-  auto is = [&](const std::optional<std::int64_t>& x) { return x && *x == id; };
-  bool special = is(c.bos_token_id) || is(c.pad_token_id) || is(c.mask_token_id);
-  for (auto e : c.eos_token_ids) special = special || e == id;
-  if (is(c.mask_token_id)) return RowKind::Masked;
-  return special ? RowKind::Special : RowKind::Prompt;
+RowKind row_kind(const ModelConfig& c, const std::function<bool(std::int32_t)>& is_special, std::int32_t id) {
+  if (c.mask_token_id && *c.mask_token_id == id) return RowKind::Masked;
+  return is_special(id) ? RowKind::Special : RowKind::Prompt;
 }
 
 }  // namespace
@@ -87,8 +85,11 @@ int cmd_forward(const Args& args) {
   });
 
   std::vector<RowRecord> rows;
-  for (std::int64_t t = 0; t < T; ++t)
-    rows.push_back({0, static_cast<std::int32_t>(t), ids[static_cast<std::size_t>(t)], -1, row_kind(cfg, ids[static_cast<std::size_t>(t)])});
+  const auto is_special = special_token_test(*session);
+  for (std::int64_t t = 0; t < T; ++t) {
+    const std::int32_t id = ids[static_cast<std::size_t>(t)];
+    rows.push_back({0, static_cast<std::int32_t>(t), id, -1, row_kind(cfg, is_special, id)});
+  }
   sink->add_rows(rows);
   PromptRecord prompt;
   prompt.id = "0";

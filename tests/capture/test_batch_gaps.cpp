@@ -270,6 +270,8 @@ TEST(BatchDiffusion, StepsFollowTheScheduleAndEveryCaptureModeIsConsistent) {
   const auto model = make_model(dir, "dream");
   const std::int64_t mask = single_id(model, "<|mask|>");
   const std::int64_t eot = single_id(model, "<|endoftext|>");
+  // Row kind 2 (special): eos/bos/pad/mask and the tokenizer's special tokens (chat scaffolding).
+  const std::set<std::int64_t> special{eot, mask, single_id(model, "<|im_start|>"), single_id(model, "<|im_end|>")};
   {
     const auto cfg = json::parse(read_file(model / "config.json"));
     ASSERT_EQ(cfg["mask_token_id"].get<std::int64_t>(), mask);
@@ -394,14 +396,14 @@ TEST(BatchDiffusion, StepsFollowTheScheduleAndEveryCaptureModeIsConsistent) {
         } else if (mode == "final") {
           EXPECT_EQ(s, kSteps);
           EXPECT_EQ(rtok[u], cv.back()[static_cast<std::size_t>(j)]);
-          EXPECT_EQ(rkind[u], j < T ? (rtok[u] == eot ? 2 : 0) : 1);
+          EXPECT_EQ(rkind[u], j < T ? (special.count(rtok[u]) ? 2 : 0) : 1);
         } else {
           ASSERT_GE(s, 0);
           ASSERT_LT(s, kSteps);
           const std::int64_t now = cv[static_cast<std::size_t>(s)][static_cast<std::size_t>(j)];
           EXPECT_EQ(rtok[u], now) << "token of slot " << j << " at step " << s;
           std::int64_t want;
-          if (j < T) want = prompts[p][static_cast<std::size_t>(j)] == eot ? 2 : 0;
+          if (j < T) want = special.count(prompts[p][static_cast<std::size_t>(j)]) ? 2 : 0;
           else if (now == mask) want = 3;
           else if (canvas_before(s, j) == mask) want = 4;
           else want = 1;
