@@ -41,8 +41,10 @@ int cmd_inspect(const Args& args) {
   for (const auto& [d, n] : by_dtype) std::cout << " " << d << ": " << n;
   std::cout << "\nfile bytes   " << session->weights().total_bytes() << " (" << gib(static_cast<double>(session->weights().total_bytes()))
             << ", mapped, not copied)\n"
-            << "memory       reference: about the file size; cpu-blas widens weights to f32: "
-            << gib(static_cast<double>(params) * 4) << "\n";
+            << "memory       threaded and reference read the weights in place (about the file size); "
+            << "threaded --weights q8 adds about " << gib(static_cast<double>(params) * 34.0 / 32.0)
+            << " of int8 blocks; cpu-blas widens them to f32: " << gib(static_cast<double>(params) * 4)
+            << "; plus activations\n";
   if (Tokenizer::available(session->model_dir())) {
     auto tok = Tokenizer::load(session->model_dir());
     std::cout << "tokenizer    " << tok.vocab_size() << " tokens\n";
