@@ -33,6 +33,8 @@ Array Array::at(std::int64_t i) const {
   return a;
 }
 
+std::vector<std::int64_t> as_ints(const Array& a) { return {a.values.begin(), a.values.end()}; }
+
 Array read_dataset(const std::filesystem::path& file, const std::string& path) {
   Closer f{open_file(file), H5Fclose};
   Closer d{H5Dopen2(f.id, path.c_str(), H5P_DEFAULT), H5Dclose};

@@ -14,6 +14,7 @@ struct Array {
   Array at(std::int64_t i) const;
 };
 
+std::vector<std::int64_t> as_ints(const Array& a);  // integer datasets read as doubles, back to ints
 Array read_dataset(const std::filesystem::path& file, const std::string& path);
 bool has_object(const std::filesystem::path& file, const std::string& path);
 std::string read_string_attr(const std::filesystem::path& file, const std::string& name);

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <sstream>
 #include <stdexcept>
 #include <sys/wait.h>
 
@@ -32,6 +33,17 @@ RunResult run_sonde(const std::vector<std::string>& args) {
   const int status = ::pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+std::vector<nlohmann::json> generate_json(std::vector<std::string> args) {
+  args.insert(args.begin(), "generate");
+  const auto r = run_sonde(args);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> out;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line));
+  return out;
 }
 
 std::string join_ids(const std::vector<std::int64_t>& ids) {

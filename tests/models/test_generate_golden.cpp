@@ -23,19 +23,6 @@ const char* kDream = "tiny-dream-float32-v2048";
 std::string model_dir(const char* m) { return (shared_dir() / "golden/models" / m).string(); }
 std::filesystem::path golden(const char* m) { return shared_dir() / "golden" / (std::string(m) + ".h5"); }
 
-std::vector<std::int64_t> ints(const Array& a) { return {a.values.begin(), a.values.end()}; }
-
-// The JSON lines of a successful run.
-std::vector<nlohmann::json> generate(std::vector<std::string> args) {
-  args.insert(args.begin(), "generate");
-  const auto r = run_sonde(args);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  std::vector<nlohmann::json> out;
-  std::istringstream lines(r.output);
-  for (std::string line; std::getline(lines, line);)
-    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line));
-  return out;
-}
 
 std::vector<std::int64_t> concat(std::vector<std::int64_t> a, const std::vector<std::int64_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -49,12 +36,12 @@ TEST_P(GenerateGolden, QwenGreedyTokensWithAndWithoutKvCache) {
   for (const char* p : {"prompt5", "prompt19"})
     for (bool cache : {true, false}) {
       SCOPED_TRACE(std::string(p) + (cache ? " cached" : " recompute"));
-      const auto prompt = ints(read_dataset(golden(kQwen), std::string("ar_greedy/") + p + "/prompt"));
-      const auto tokens = ints(read_dataset(golden(kQwen), std::string("ar_greedy/") + p + "/tokens"));
+      const auto prompt = as_ints(read_dataset(golden(kQwen), std::string("ar_greedy/") + p + "/prompt"));
+      const auto tokens = as_ints(read_dataset(golden(kQwen), std::string("ar_greedy/") + p + "/tokens"));
       std::vector<std::string> args{"--model", model_dir(kQwen), "--backend", GetParam(), "--ids", join_ids(prompt),
                                     "--max-new-tokens", "16", "--json"};
       if (!cache) args.push_back("--no-kv-cache");
-      const auto out = generate(args);
+      const auto out = generate_json(args);
       ASSERT_EQ(out.size(), 1u);
       EXPECT_EQ(out[0]["completion_ids"].get<std::vector<std::int64_t>>(), tokens);
       EXPECT_EQ(out[0]["prompt_ids"].get<std::vector<std::int64_t>>(), prompt);
@@ -68,16 +55,16 @@ TEST_P(GenerateGolden, DreamSequencesAndHistories) {
     for (auto [alg, steps] : {std::pair{"entropy", "16"}, std::pair{"maskgit_plus", "4"}}) {
       const std::string g = std::string("diffusion/") + p + "/" + alg + "_steps" + steps + "/";
       SCOPED_TRACE(g);
-      const auto prompt = ints(read_dataset(golden(kDream), g + "prompt"));
-      const auto sequence = ints(read_dataset(golden(kDream), g + "sequence"));
+      const auto prompt = as_ints(read_dataset(golden(kDream), g + "prompt"));
+      const auto sequence = as_ints(read_dataset(golden(kDream), g + "sequence"));
       const Array history = read_dataset(golden(kDream), g + "history");
-      const auto out = generate({"--model", model_dir(kDream), "--backend", GetParam(), "--ids", join_ids(prompt),
+      const auto out = generate_json({"--model", model_dir(kDream), "--backend", GetParam(), "--ids", join_ids(prompt),
                                  "--max-new-tokens", "16", "--steps", steps, "--alg", alg, "--json", "--history"});
       ASSERT_EQ(out.size(), 1u);
       EXPECT_EQ(concat(prompt, out[0]["completion_ids"].get<std::vector<std::int64_t>>()), sequence);
       const auto h = out[0]["history"].get<std::vector<std::vector<std::int64_t>>>();
       ASSERT_EQ(static_cast<std::int64_t>(h.size()), history.shape[0]);
-      for (std::int64_t i = 0; i < history.shape[0]; ++i) EXPECT_EQ(h[static_cast<std::size_t>(i)], ints(history.at(i))) << "step " << i;
+      for (std::int64_t i = 0; i < history.shape[0]; ++i) EXPECT_EQ(h[static_cast<std::size_t>(i)], as_ints(history.at(i))) << "step " << i;
     }
 }
 
@@ -85,21 +72,21 @@ TEST_P(GenerateGolden, DreamSequencesAndHistories) {
 TEST_P(GenerateGolden, MixedLengthBatchEqualsSingleRuns) {
   SONDE_REQUIRE_SHARED(std::string("golden/") + kDream + ".h5");
   std::vector<std::string> ids;
-  for (const char* p : {"prompt19", "prompt5"}) ids.push_back(join_ids(ints(read_dataset(golden(kQwen), std::string("ar_greedy/") + p + "/prompt"))));
-  const auto ar = generate({"--model", model_dir(kQwen), "--backend", GetParam(), "--ids", ids[0], "--ids", ids[1],
+  for (const char* p : {"prompt19", "prompt5"}) ids.push_back(join_ids(as_ints(read_dataset(golden(kQwen), std::string("ar_greedy/") + p + "/prompt"))));
+  const auto ar = generate_json({"--model", model_dir(kQwen), "--backend", GetParam(), "--ids", ids[0], "--ids", ids[1],
                             "--max-new-tokens", "16", "--json"});
   ASSERT_EQ(ar.size(), 2u);
-  EXPECT_EQ(ar[0]["completion_ids"].get<std::vector<std::int64_t>>(), ints(read_dataset(golden(kQwen), "ar_greedy/prompt19/tokens")));
-  EXPECT_EQ(ar[1]["completion_ids"].get<std::vector<std::int64_t>>(), ints(read_dataset(golden(kQwen), "ar_greedy/prompt5/tokens")));
-  const auto df = generate({"--model", model_dir(kDream), "--backend", GetParam(), "--ids", ids[0], "--ids", ids[1],
+  EXPECT_EQ(ar[0]["completion_ids"].get<std::vector<std::int64_t>>(), as_ints(read_dataset(golden(kQwen), "ar_greedy/prompt19/tokens")));
+  EXPECT_EQ(ar[1]["completion_ids"].get<std::vector<std::int64_t>>(), as_ints(read_dataset(golden(kQwen), "ar_greedy/prompt5/tokens")));
+  const auto df = generate_json({"--model", model_dir(kDream), "--backend", GetParam(), "--ids", ids[0], "--ids", ids[1],
                             "--max-new-tokens", "16", "--steps", "4", "--alg", "maskgit_plus", "--json"});
   ASSERT_EQ(df.size(), 2u);
-  EXPECT_EQ(concat(ints(read_dataset(golden(kDream), "diffusion/prompt19/maskgit_plus_steps4/prompt")),
+  EXPECT_EQ(concat(as_ints(read_dataset(golden(kDream), "diffusion/prompt19/maskgit_plus_steps4/prompt")),
                    df[0]["completion_ids"].get<std::vector<std::int64_t>>()),
-            ints(read_dataset(golden(kDream), "diffusion/prompt19/maskgit_plus_steps4/sequence")));
-  EXPECT_EQ(concat(ints(read_dataset(golden(kDream), "diffusion/prompt5/maskgit_plus_steps4/prompt")),
+            as_ints(read_dataset(golden(kDream), "diffusion/prompt19/maskgit_plus_steps4/sequence")));
+  EXPECT_EQ(concat(as_ints(read_dataset(golden(kDream), "diffusion/prompt5/maskgit_plus_steps4/prompt")),
                    df[1]["completion_ids"].get<std::vector<std::int64_t>>()),
-            ints(read_dataset(golden(kDream), "diffusion/prompt5/maskgit_plus_steps4/sequence")));
+            as_ints(read_dataset(golden(kDream), "diffusion/prompt5/maskgit_plus_steps4/sequence")));
 }
 
 // One seed, one output: across runs, batch composition and (by the parameter) backends.
@@ -110,7 +97,7 @@ TEST_P(GenerateGolden, SampledOutputDependsOnlyOnTheSeed) {
   auto with = [&](std::vector<std::string> extra) {
     auto a = common;
     a.insert(a.end(), extra.begin(), extra.end());
-    return generate(a);
+    return generate_json(a);
   };
   const auto single = with({"--ids", "776,1012,1190,1500,1342", "--seed", "5"});
   const auto again = with({"--ids", "776,1012,1190,1500,1342", "--seed", "5"});

@@ -59,18 +59,6 @@ std::vector<GenCase> cases() {
   return out;
 }
 
-std::vector<std::int64_t> ints(const Array& a) { return {a.values.begin(), a.values.end()}; }
-
-std::vector<nlohmann::json> generate(std::vector<std::string> args) {
-  args.insert(args.begin(), "generate");
-  const auto r = run_sonde(args);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  std::vector<nlohmann::json> out;
-  std::istringstream lines(r.output);
-  for (std::string line; std::getline(lines, line);)
-    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line));
-  return out;
-}
 
 std::string num(double v) {
   std::ostringstream s;
@@ -140,7 +128,7 @@ TEST_P(GenerateOwnGolden, MatchesPyTorchFloat64Reference) {
   std::vector<Row> rows;
   for (const auto& r : spec["rows"]) {
     const std::string g = r["group"].get<std::string>() + "/";
-    Row row{ints(read_dataset(c.file, g + "prompt")), ints(read_dataset(c.file, g + (diffusion ? "sequence" : "tokens"))),
+    Row row{as_ints(read_dataset(c.file, g + "prompt")), as_ints(read_dataset(c.file, g + (diffusion ? "sequence" : "tokens"))),
             {}, r.value("finish_reason", "length")};
     if (diffusion) row.history = read_dataset(c.file, g + "history");
     rows.push_back(std::move(row));
@@ -158,13 +146,13 @@ TEST_P(GenerateOwnGolden, MatchesPyTorchFloat64Reference) {
     const auto h = out["history"].get<std::vector<std::vector<std::int64_t>>>();
     ASSERT_EQ(static_cast<std::int64_t>(h.size()), row.history.shape[0]);
     for (std::int64_t i = 0; i < row.history.shape[0]; ++i)
-      EXPECT_EQ(h[static_cast<std::size_t>(i)], ints(row.history.at(i))) << "step " << i;
+      EXPECT_EQ(h[static_cast<std::size_t>(i)], as_ints(row.history.at(i))) << "step " << i;
   };
 
   // The whole case as one (left-padded) batch.
   auto args = common;
   for (const auto& row : rows) args.insert(args.end(), {"--ids", join_ids(row.prompt)});
-  const auto batch = generate(args);
+  const auto batch = generate_json(args);
   ASSERT_EQ(batch.size(), rows.size());
   for (std::size_t r = 0; r < rows.size(); ++r) {
     SCOPED_TRACE("batch row " + std::to_string(r));
@@ -173,7 +161,7 @@ TEST_P(GenerateOwnGolden, MatchesPyTorchFloat64Reference) {
   if (!diffusion) {  // the KV cache changes nothing (model-spec §1.3)
     auto nc = args;
     nc.push_back("--no-kv-cache");
-    const auto recompute = generate(nc);
+    const auto recompute = generate_json(nc);
     ASSERT_EQ(recompute.size(), rows.size());
     for (std::size_t r = 0; r < rows.size(); ++r) {
       SCOPED_TRACE("batch row " + std::to_string(r) + " without KV cache");
@@ -185,7 +173,7 @@ TEST_P(GenerateOwnGolden, MatchesPyTorchFloat64Reference) {
       SCOPED_TRACE("row " + std::to_string(r) + " alone");
       auto one = common;
       one.insert(one.end(), {"--ids", join_ids(rows[r].prompt)});
-      const auto single = generate(one);
+      const auto single = generate_json(one);
       ASSERT_EQ(single.size(), 1u);
       check(single[0], rows[r]);
     }

@@ -35,16 +35,6 @@ void PrintTo(const SeedCase& c, std::ostream* os) { *os << c.name; }
 
 const std::vector<std::string> kPrompts{"17,301,5,999,64,1200,8", "1500,3,77", "42,42,1024,7,650,11,300,1800,2,90,13"};
 
-std::vector<nlohmann::json> generate(std::vector<std::string> args) {
-  args.insert(args.begin(), "generate");
-  const auto r = run_sonde(args);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  std::vector<nlohmann::json> out;
-  std::istringstream lines(r.output);
-  for (std::string line; std::getline(lines, line);)
-    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line));
-  return out;
-}
 
 // What a run decides: the tokens, and for diffusion every step's canvas.
 nlohmann::json outcome(const nlohmann::json& row) {
@@ -70,7 +60,7 @@ TEST_P(GenerateSeed, SameSeedSameTokensAcrossRunsBatchesAndBackends) {
       std::vector<std::string> a{"--model", model.string(), "--backend", backend, "--json"};
       a.insert(a.end(), c.sampling.begin(), c.sampling.end());
       a.insert(a.end(), extra.begin(), extra.end());
-      return generate(a);
+      return generate_json(a);
     };
     nlohmann::json single;
     for (std::size_t p = 0; p < kPrompts.size(); ++p) {
@@ -120,7 +110,7 @@ TEST(GenerateStop, CompletionTextEndsBeforeTheStopString) {
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  const auto full = generate(with({"--json"}));
+  const auto full = generate_json(with({"--json"}));
   ASSERT_EQ(full.size(), 1u);
   const std::string text = full[0]["completion"].get<std::string>();
   const auto ids = full[0]["completion_ids"].get<std::vector<std::int64_t>>();
@@ -135,7 +125,7 @@ TEST(GenerateStop, CompletionTextEndsBeforeTheStopString) {
   ASSERT_FALSE(stop.empty()) << "no usable stop string in: " << text;
   const std::string expected = text.substr(0, text.find(stop));
 
-  const auto cut = generate(with({"--json", "--stop", stop}));
+  const auto cut = generate_json(with({"--json", "--stop", stop}));
   ASSERT_EQ(cut.size(), 1u);
   EXPECT_EQ(cut[0]["finish_reason"], "stop");
   EXPECT_EQ(cut[0]["completion"].get<std::string>(), expected) << "stop " << stop << " in " << text;
@@ -153,7 +143,7 @@ TEST(GenerateStop, CompletionTextEndsBeforeTheStopString) {
   EXPECT_EQ(streamed.exit_code, 0) << streamed.output;
   EXPECT_EQ(streamed.output, expected + "\n");
   // Two stop strings: the earlier occurrence wins.
-  const auto two = generate(with({"--json", "--stop", "@@never@@", "--stop", stop}));
+  const auto two = generate_json(with({"--json", "--stop", "@@never@@", "--stop", stop}));
   ASSERT_EQ(two.size(), 1u);
   EXPECT_EQ(two[0]["completion"].get<std::string>(), expected);
 }
@@ -179,7 +169,7 @@ TEST(GenerateDreamText, CompletionTextIsCutAtEndOfText) {
                                   "--temperature", "5", "--max-new-tokens", "64", "--steps", "4", "--seed",
                                   std::to_string(seed * 100)};
     for (int r = 0; r < 32; ++r) args.insert(args.end(), {"--ids", "17,301,5,999"});
-    for (const auto& row : generate(args)) {
+    for (const auto& row : generate_json(args)) {
       const auto ids = row["completion_ids"].get<std::vector<std::int64_t>>();
       const auto at = std::find(ids.begin(), ids.end(), end_id);
       if (at == ids.end() || at + 1 == ids.end()) continue;  // want text after the end token too
