@@ -6,10 +6,10 @@
 #include "h5_check.h"
 #include "process.h"
 #include "test_paths.h"
+#include "tiny_model_suite.h"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <filesystem>
 #include <regex>
@@ -48,24 +48,7 @@ std::map<std::string, std::vector<std::int64_t>> expected_hooks() {
   return h;
 }
 
-class Commands : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    // ctest runs each test in its own process, two at a time: one model directory per process.
-    root_ = fs::temp_directory_path() / "sonde-tests" / ("Commands-" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    model_ = root_ / "model";
-    make_tiny_model(model_);
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
-  void SetUp() override {
-    dir_ = temp_dir();
-    // make-model ran once for the suite; without its output every test here must fail, not skip.
-    ASSERT_TRUE(fs::exists(model_ / "model.safetensors")) << "sonde make-model failed in SetUpTestSuite";
-  }
-  static inline fs::path root_, model_;
-  fs::path dir_;
-};
+class Commands : public TinyModelSuite {};
 
 TEST_F(Commands, TopLevelHelpListsEveryCommand) {
   for (const std::string flag : {"--help", "-h", "help"}) {

@@ -4,10 +4,10 @@
 #include "h5_check.h"
 #include "process.h"
 #include "test_paths.h"
+#include "tiny_model_suite.h"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <filesystem>
 
@@ -17,20 +17,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // One tiny model for the whole suite: these tests only read it.
-class UsageError : public ::testing::Test {
+class UsageError : public TinyModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    // ctest runs each test in its own process, two at a time: one model directory per process.
-    root_ = fs::temp_directory_path() / "sonde-tests" / ("UsageError-" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    model_ = root_ / "model";
-    make_tiny_model(model_);
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
   void SetUp() override {
-    dir_ = temp_dir();
-    // make-model ran once for the suite; without its output every test here must fail, not skip.
-    ASSERT_TRUE(fs::exists(model_ / "model.safetensors")) << "sonde make-model failed in SetUpTestSuite";
+    TinyModelSuite::SetUp();
     out_ = dir_ / "acts.h5";
   }
   Outcome forward(std::vector<std::string> extra) const {
@@ -38,8 +28,7 @@ class UsageError : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     return run(args);
   }
-  static inline fs::path root_, model_;
-  fs::path dir_, out_;
+  fs::path out_;
 };
 
 TEST_F(UsageError, UnknownCommand) {
