@@ -1,5 +1,7 @@
 #include "batch_gen.h"
 
+#include "gen_options.h"
+
 #include <sonde/chat.h>
 #include <sonde/error.h>
 
@@ -13,58 +15,6 @@ using nlohmann::json;
 template <typename T>
 std::optional<T> opt(const json& o, const char* key) {
   return o.contains(key) ? std::optional<T>(o[key].get<T>()) : std::nullopt;
-}
-
-std::int64_t max_new_tokens(const Session& s, const json& o) {
-  return opt<std::int64_t>(o, "max_new_tokens").value_or(s.config().generation.max_new_tokens.value_or(64));
-}
-
-// The same defaults as sonde generate: generation_config.json, then the family's.
-ArOptions ar_options(Session& s, const json& o, const std::optional<Tokenizer>& tok) {
-  const auto& gen = s.config().generation;
-  ArOptions a;
-  a.max_new_tokens = max_new_tokens(s, o);
-  a.sampling.do_sample = gen.do_sample;
-  if (auto t = opt<double>(o, "temperature")) a.sampling.do_sample = *t > 0;
-  a.sampling.temperature = opt<double>(o, "temperature").value_or(gen.temperature.value_or(1.0));
-  if (a.sampling.temperature <= 0) a.sampling.temperature = 1.0;  // greedy ignores it
-  a.sampling.top_k = opt<std::int64_t>(o, "top_k").value_or(gen.top_k.value_or(0));
-  a.sampling.top_p = opt<double>(o, "top_p").value_or(gen.top_p.value_or(1.0));
-  a.sampling.repetition_penalty = opt<double>(o, "repetition_penalty").value_or(gen.repetition_penalty.value_or(1.0));
-  a.eos_ids = gen.eos_token_ids.empty() ? s.config().eos_token_ids : gen.eos_token_ids;
-  a.pad_id = static_cast<std::int32_t>(gen.pad_token_id.value_or(a.eos_ids.empty() ? 0 : a.eos_ids[0]));
-  a.stop_strings = opt<std::vector<std::string>>(o, "stop").value_or(std::vector<std::string>{});
-  if (tok) a.detokenize = [&tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids, false); };
-  return a;
-}
-
-DiffusionOptions diffusion_options(Session& s, const json& o) {
-  const auto& gen = s.config().generation;
-  const auto& cfg = s.config();
-  DiffusionOptions d;
-  d.max_new_tokens = max_new_tokens(s, o);
-  d.steps = opt<std::int64_t>(o, "steps").value_or(d.max_new_tokens);
-  d.eps = opt<double>(o, "eps").value_or(gen.eps.value_or(1e-3));
-  d.sampling.alg = parse_diffusion_alg(opt<std::string>(o, "alg").value_or("entropy"));
-  d.sampling.temperature = opt<double>(o, "temperature").value_or(gen.temperature.value_or(0.0));
-  d.sampling.top_p = o.contains("top_p") ? opt<double>(o, "top_p") : gen.top_p;
-  d.sampling.top_k = o.contains("top_k") ? opt<std::int64_t>(o, "top_k") : gen.top_k;
-  d.alg_temp = o.contains("alg_temp") ? opt<double>(o, "alg_temp") : gen.alg_temp;
-  const auto mask = cfg.mask_token_id ? cfg.mask_token_id : gen.mask_token_id;
-  if (!mask) bad_input("{}: config.json has no mask_token_id", cfg.dir.string());
-  d.mask_id = static_cast<std::int32_t>(*mask);
-  d.pad_id = static_cast<std::int32_t>(cfg.pad_token_id.value_or(gen.pad_token_id.value_or(0)));
-  return d;
-}
-
-// Dream's text is cut at the first <|endoftext|> or <|dlm_pad|> (model-spec §3.5).
-std::string completion_text(const std::optional<Tokenizer>& tok, std::vector<std::int32_t> ids, bool cut) {
-  if (!tok) return "";
-  if (cut)
-    for (const char* end : {"<|endoftext|>", "<|dlm_pad|>"})
-      if (auto id = tok->token_id(end))
-        if (auto it = std::find(ids.begin(), ids.end(), *id); it != ids.end()) ids.erase(it, ids.end());
-  return tok->decode(ids, false);
 }
 
 // The prompt's tokens; `text` receives the text they encode (the rendered chat for messages).
@@ -129,7 +79,7 @@ std::vector<RequestResult> run_micro_batch(Session& s, DecodeForward& fwd, const
     auto res = diffusion_generate_captured(fwd, prompts, d, spec, idx);
     for (std::size_t r = 0; r < batch.size(); ++r) {
       out[r].completion = res.result.completions[r];
-      out[r].text = completion_text(tok, out[r].completion, true);
+      out[r].text = completion_text(tok, out[r].completion, /*diffusion=*/true, {}).value_or("");
       out[r].finish_reason = "length";
       if (!res.captured.empty()) out[r].captured = std::move(res.captured[r]);
     }
@@ -140,7 +90,7 @@ std::vector<RequestResult> run_micro_batch(Session& s, DecodeForward& fwd, const
   auto res = generate_autoregressive_captured(fwd, prompts, a, spec, idx);
   for (std::size_t r = 0; r < batch.size(); ++r) {
     out[r].completion = res.completions[r].tokens;
-    out[r].text = completion_text(tok, out[r].completion, false);
+    out[r].text = completion_text(tok, out[r].completion, /*diffusion=*/false, a.stop_strings).value_or("");
     out[r].finish_reason = res.completions[r].finish_reason;
     if (!res.captured.empty()) out[r].captured = std::move(res.captured[r]);
   }

@@ -5,6 +5,7 @@
 #include "capture_setup.h"
 #include "run_metadata.h"
 #include "commands.h"
+#include "gen_options.h"
 
 #include <sonde/capture.h>
 #include <sonde/chat.h>
@@ -68,6 +69,19 @@ std::optional<T> flag(const po::variables_map& vm, const char* name) {
   return vm.count(name) ? std::optional<T>(vm[name].as<T>()) : std::nullopt;
 }
 
+// The command line's generation settings as a request with batch-line keys (gen_options.h).
+nlohmann::json request(const GenerateOptions& o, const po::variables_map& vm) {
+  nlohmann::json r{{"max_new_tokens", o.max_new_tokens}, {"stop", o.stop}};
+  for (const auto& [flag_name, key] : {std::pair{"temperature", "temperature"}, {"top-p", "top_p"},
+                                       {"repetition-penalty", "repetition_penalty"}, {"eps", "eps"}})
+    if (auto v = flag<double>(vm, flag_name)) r[key] = *v;
+  for (const auto& [flag_name, key] : {std::pair{"top-k", "top_k"}, {"steps", "steps"}})
+    if (auto v = flag<std::int64_t>(vm, flag_name)) r[key] = *v;
+  if (auto v = flag<std::string>(vm, "alg")) r["alg"] = *v;
+  if (vm.count("alg-temp")) r["alg_temp"] = o.alg_temp;
+  return r;
+}
+
 std::vector<std::vector<std::int32_t>> read_prompts(const GenerateOptions& o, const po::variables_map& vm,
                                                     const ModelConfig& cfg, const std::optional<Tokenizer>& tok) {
   std::vector<std::vector<std::int32_t>> prompts;
@@ -85,18 +99,6 @@ std::vector<std::vector<std::int32_t>> read_prompts(const GenerateOptions& o, co
   return prompts;
 }
 
-// Text of a completion; Dream's is cut at the first <|endoftext|> or <|dlm_pad|> (model-spec §3.5).
-std::optional<std::string> completion_text(const std::optional<Tokenizer>& tok, std::vector<std::int32_t> ids, bool cut) {
-  if (!tok) return std::nullopt;
-  if (cut) {
-    std::vector<std::int32_t> end_ids;
-    for (const char* end : {"<|endoftext|>", "<|dlm_pad|>"})
-      if (auto id = tok->token_id(end)) end_ids.push_back(*id);
-    ids = cut_at_end_tokens(ids, end_ids);
-  }
-  return tok->decode(ids, false);
-}
-
 void print_json(const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& completion,
                 const std::optional<std::string>& text, const std::string& finish, const nlohmann::json* history) {
   nlohmann::json j{{"prompt_ids", prompt}, {"completion_ids", completion}, {"finish_reason", finish}};
@@ -108,23 +110,9 @@ void print_json(const std::vector<std::int32_t>& prompt, const std::vector<std::
 int run_autoregressive(Session& s, const GenerateOptions& o, const po::variables_map& vm,
                        const std::vector<std::vector<std::int32_t>>& prompts, const std::optional<Tokenizer>& tok,
                        CaptureTarget& target) {
-  const auto& gen = s.config().generation;
-  ArOptions a;
-  a.max_new_tokens = o.max_new_tokens;
-  a.sampling.do_sample = gen.do_sample;
-  if (auto t = flag<double>(vm, "temperature")) a.sampling.do_sample = *t > 0;
-  a.sampling.temperature = flag<double>(vm, "temperature").value_or(gen.temperature.value_or(1.0));
-  if (a.sampling.temperature <= 0) a.sampling.temperature = 1.0;  // greedy ignores it
-  a.sampling.top_k = flag<std::int64_t>(vm, "top-k").value_or(gen.top_k.value_or(0));
-  a.sampling.top_p = flag<double>(vm, "top-p").value_or(gen.top_p.value_or(1.0));
-  a.sampling.repetition_penalty = flag<double>(vm, "repetition-penalty").value_or(gen.repetition_penalty.value_or(1.0));
+  ArOptions a = ar_options(s, request(o, vm), tok);
   for (std::size_t r = 0; r < prompts.size(); ++r) a.seeds.push_back(o.seed + r);  // request r: seed + r
-  a.eos_ids = gen.eos_token_ids.empty() ? s.config().eos_token_ids : gen.eos_token_ids;
-  a.pad_id = static_cast<std::int32_t>(gen.pad_token_id.value_or(a.eos_ids.empty() ? 0 : a.eos_ids[0]));
-  a.stop_strings = o.stop;
   a.use_cache = !o.no_cache;
-  if (tok) a.detokenize = [&](const std::vector<std::int32_t>& ids) { return tok->decode(ids, false); };
-  if (!o.stop.empty() && !tok) bad_input("--stop: {} has no tokenizer to turn tokens into text", s.config().dir.string());
 
   std::optional<StreamDecoder> stream;
   const bool streaming = !o.json && prompts.size() == 1 && tok;
@@ -138,8 +126,7 @@ int run_autoregressive(Session& s, const GenerateOptions& o, const po::variables
   if (streaming) std::cout << shown.push(stream->finish()) << shown.finish() << "\n";
   for (std::size_t r = 0; r < res.completions.size(); ++r) {
     const auto& c = res.completions[r];
-    auto text = completion_text(tok, c.tokens, false);
-    if (text) *text = cut_at_stop_string(*text, o.stop);  // HF style: the text ends before the stop string
+    const auto text = completion_text(tok, c.tokens, /*diffusion=*/false, a.stop_strings);
     write_prompt(target, res.captured, r, c.prompt, c.tokens, text, c.finish_reason, a.seeds[r]);
     if (o.json) print_json(c.prompt, c.tokens, text, c.finish_reason, nullptr);
     else if (!streaming) std::cout << (text ? *text : nlohmann::json(c.tokens).dump()) << "\n";
@@ -150,23 +137,7 @@ int run_autoregressive(Session& s, const GenerateOptions& o, const po::variables
 int run_diffusion(Session& s, const GenerateOptions& o, const po::variables_map& vm,
                   const std::vector<std::vector<std::int32_t>>& prompts, const std::optional<Tokenizer>& tok,
                   CaptureTarget& target) {
-  const auto& gen = s.config().generation;
-  const auto& cfg = s.config();
-  DiffusionOptions d;
-  d.max_new_tokens = o.max_new_tokens;
-  d.steps = flag<std::int64_t>(vm, "steps").value_or(o.max_new_tokens);
-  d.eps = flag<double>(vm, "eps").value_or(gen.eps.value_or(1e-3));
-  d.sampling.alg = parse_diffusion_alg(flag<std::string>(vm, "alg").value_or("entropy"));
-  d.sampling.temperature = flag<double>(vm, "temperature").value_or(gen.temperature.value_or(0.0));
-  if (auto p = flag<double>(vm, "top-p")) d.sampling.top_p = *p;
-  else if (gen.top_p) d.sampling.top_p = gen.top_p;
-  if (auto k = flag<std::int64_t>(vm, "top-k")) d.sampling.top_k = *k;
-  else if (gen.top_k) d.sampling.top_k = gen.top_k;
-  d.alg_temp = vm.count("alg-temp") ? std::optional<double>(o.alg_temp) : gen.alg_temp;
-  const auto mask = cfg.mask_token_id ? cfg.mask_token_id : gen.mask_token_id;
-  if (!mask) bad_input("{}: config.json has no mask_token_id", cfg.dir.string());
-  d.mask_id = static_cast<std::int32_t>(*mask);
-  d.pad_id = static_cast<std::int32_t>(cfg.pad_token_id.value_or(gen.pad_token_id.value_or(0)));
+  DiffusionOptions d = diffusion_options(s, request(o, vm));
   for (std::size_t r = 0; r < prompts.size(); ++r) d.seeds.push_back(o.seed + r);
 
   // history[r]: row r's canvas after every step, left padding removed.
@@ -183,7 +154,7 @@ int run_diffusion(Session& s, const GenerateOptions& o, const po::variables_map&
   });
   const auto& res = cap.result;
   for (std::size_t r = 0; r < prompts.size(); ++r) {
-    const auto text = completion_text(tok, res.completions[r], true);
+    const auto text = completion_text(tok, res.completions[r], /*diffusion=*/true, {});
     write_prompt(target, cap.captured, r, prompts[r], res.completions[r], text, "length", d.seeds[r]);
     if (o.json) print_json(prompts[r], res.completions[r], text, "length", o.history ? &history[r] : nullptr);
     else std::cout << (text ? *text : nlohmann::json(res.completions[r]).dump()) << "\n";
