@@ -40,6 +40,7 @@ struct GenerateOptions {
 struct CaptureTarget {
   CaptureSpec spec;
   std::shared_ptr<Sink> sink;
+  std::vector<std::string> prompt_texts;  // per prompt: the text encoded ("" for --ids)
 };
 
 std::vector<std::int64_t> prompt_indices(std::size_t n) {
@@ -56,6 +57,7 @@ void write_prompt(CaptureTarget& c, const std::vector<CapturedPrompt>& captured,
   PromptRecord rec;
   rec.prompt_idx = static_cast<std::int64_t>(r);
   rec.id = std::to_string(r);
+  rec.text = c.prompt_texts.at(r);
   rec.completion = text.value_or("");
   rec.finish_reason = finish;
   rec.token_ids = prompt;
@@ -82,15 +84,21 @@ nlohmann::json request(const GenerateOptions& o, const po::variables_map& vm) {
   return r;
 }
 
+// The prompts' tokens; `texts` receives the text each encodes (the rendered chat with --chat).
 std::vector<std::vector<std::int32_t>> read_prompts(const GenerateOptions& o, const po::variables_map& vm,
-                                                    const ModelConfig& cfg, const std::optional<Tokenizer>& tok) {
+                                                    const ModelConfig& cfg, const std::optional<Tokenizer>& tok,
+                                                    std::vector<std::string>& texts) {
   std::vector<std::vector<std::int32_t>> prompts;
-  for (const auto& text : o.ids) prompts.push_back(parse_id_list(text, "--ids"));
+  for (const auto& ids : o.ids) {
+    prompts.push_back(parse_id_list(ids, "--ids"));
+    texts.emplace_back();
+  }
   if (vm.count("prompt")) {
     if (!tok) bad_input("--prompt: {} has no tokenizer; give token ids with --ids", cfg.dir.string());
     std::string text = o.prompt;
     if (o.chat) text = apply_chat_template({{"user", o.prompt}}, tok->chat_template(), true);
     prompts.push_back(tok->encode(text));
+    texts.push_back(text);
     if (prompts.back().empty()) bad_input("--prompt: the prompt is empty (it encodes to no tokens)");
   }
   for (std::size_t r = 0; r < prompts.size(); ++r)
@@ -223,7 +231,8 @@ int cmd_generate(const Args& args) {
   const auto& cfg = session->config();
   std::optional<Tokenizer> tok;
   if (Tokenizer::available(session->model_dir())) tok.emplace(Tokenizer::load(session->model_dir()));
-  const auto prompts = read_prompts(o, vm, cfg, tok);
+  std::vector<std::string> prompt_texts;
+  const auto prompts = read_prompts(o, vm, cfg, tok, prompt_texts);
   if (!vm.count("max-new-tokens")) o.max_new_tokens = cfg.generation.max_new_tokens.value_or(64);
   if (o.max_new_tokens < 1) bad_input("--max-new-tokens must be at least 1, got {}", o.max_new_tokens);
   for (std::size_t r = 0; r < prompts.size(); ++r) {
@@ -233,6 +242,7 @@ int cmd_generate(const Args& args) {
                 prompts[r].size(), o.max_new_tokens, total, cfg.max_position_embeddings);
   }
   CaptureTarget target = open_capture(*session, o, prompts);
+  target.prompt_texts = prompt_texts;
   const int rc = session->info().decoding == DecodingKind::MaskedDiffusion
                      ? run_diffusion(*session, o, vm, prompts, tok, target)
                      : run_autoregressive(*session, o, vm, prompts, tok, target);

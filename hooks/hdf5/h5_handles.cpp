@@ -50,6 +50,7 @@ void write_scalar_attr(const Handle& obj, const std::string& name, hid_t type, c
   hid_t a = exists ? H5Aopen(obj.id(), name.c_str(), H5P_DEFAULT)
                    : H5Acreate2(obj.id(), name.c_str(), type, space.id(), H5P_DEFAULT, H5P_DEFAULT);
   Handle attr(check_id(a, what, obj.where()), H5Aclose, obj.file(), obj.object());
+  if (H5Sget_simple_extent_type(space.id()) == H5S_NULL) return;  // an empty list has no values to write
   check_rc(H5Awrite(attr.id(), type, value), what, obj.where());
 }
 
