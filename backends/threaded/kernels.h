@@ -54,6 +54,12 @@ struct Kernels {
   void (*add)(const float* a, const float* b, float* y, std::int64_t n);
 };
 
+// The GEMV entries of the SIMD tables (own TUs: gemv_avx512.cpp, gemv_avx2.cpp).
+void gemv_avx512(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
+                 std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
+void gemv_avx2(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
+               std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
+
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();

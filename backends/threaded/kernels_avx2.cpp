@@ -40,46 +40,6 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
-template <WType T, int R> inline void rows_dot(const float* x, const void* W, i64 K, i64 n, float* out) {
-  __m256 a[R][2];
-  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
-  i64 k = 0;
-  for (; k + 16 <= K; k += 16) {
-    const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
-    for (int r = 0; r < R; ++r) {
-      a[r][0] = _mm256_fmadd_ps(ld<T>(W, (n + r) * K + k), x0, a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(ld<T>(W, (n + r) * K + k + 8), x1, a[r][1]);
-    }
-  }
-  for (; k < K; k += 8) {
-    const i64 c = K - k < 8 ? K - k : 8;
-    const __m256 x0 = ld_tail<WType::f32>(x, k, c);
-    for (int r = 0; r < R; ++r) a[r][0] = _mm256_fmadd_ps(ld_tail<T>(W, (n + r) * K + k, c), x0, a[r][0]);
-  }
-  for (int r = 0; r < R; ++r) out[r] = hsum(_mm256_add_ps(a[r][0], a[r][1]));
-}
-
-template <WType T>
-void gemv_t(const float* x, i64 M, i64 ldx, const void* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
-  float t[4];
-  i64 n = n0;
-  for (; n + 4 <= n1; n += 4)
-    for (i64 m = 0; m < M; ++m) {
-      rows_dot<T, 4>(x + m * ldx, W, K, n, t);
-      for (int r = 0; r < 4; ++r) y[m * ldy + n + r] = t[r];
-    }
-  for (; n < n1; ++n)
-    for (i64 m = 0; m < M; ++m) rows_dot<T, 1>(x + m * ldx, W, K, n, y + m * ldy + n);
-}
-
-void gemv(const float* x, i64 M, i64 ldx, const void* W, WType wt, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
-  switch (wt) {
-    case WType::f32: return gemv_t<WType::f32>(x, M, ldx, W, K, n0, n1, y, ldy);
-    case WType::f16: return gemv_t<WType::f16>(x, M, ldx, W, K, n0, n1, y, ldy);
-    case WType::bf16: return gemv_t<WType::bf16>(x, M, ldx, W, K, n0, n1, y, ldy);
-  }
-}
-
 constexpr int kMr = 6, kNr = 16;
 
 // panel[k][16] from 16 rows of W: each row's 8 k-values are widened into a tile, then copied down.
@@ -202,7 +162,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx2() {
-  static const Kernels k{"avx2", kMr, kNr, gemv, pack, micro, q8_gemv, q8_quantize, dot, axpy, scale, silu_mul, add};
+  static const Kernels k{"avx2", kMr, kNr, gemv_avx2, pack, micro, q8_gemv, q8_quantize, dot, axpy, scale, silu_mul, add};
   return k;
 }
 

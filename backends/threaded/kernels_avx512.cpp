@@ -34,48 +34,6 @@ template <WType T> inline __m512 ldm(const void* W, i64 i, __mmask16 m) {
   }
 }
 
-// out[r] = dot(x, W[n+r]) for r < R. Two accumulators per row keep 2R FMA chains in flight; the
-// summation order depends only on K, so every row is computed the same way wherever it falls.
-template <WType T, int R> inline void rows_dot(const float* x, const void* W, i64 K, i64 n, float* out) {
-  __m512 a[R][2];
-  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
-  i64 k = 0;
-  for (; k + 32 <= K; k += 32) {
-    const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
-    for (int r = 0; r < R; ++r) {
-      a[r][0] = _mm512_fmadd_ps(ld<T>(W, (n + r) * K + k), x0, a[r][0]);
-      a[r][1] = _mm512_fmadd_ps(ld<T>(W, (n + r) * K + k + 16), x1, a[r][1]);
-    }
-  }
-  for (; k < K; k += 16) {
-    const __mmask16 m = lanes(K - k);
-    const __m512 x0 = _mm512_maskz_loadu_ps(m, x + k);
-    for (int r = 0; r < R; ++r) a[r][0] = _mm512_fmadd_ps(ldm<T>(W, (n + r) * K + k, m), x0, a[r][0]);
-  }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
-}
-
-template <WType T>
-void gemv_t(const float* x, i64 M, i64 ldx, const void* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
-  float t[4];
-  i64 n = n0;
-  for (; n + 4 <= n1; n += 4)
-    for (i64 m = 0; m < M; ++m) {
-      rows_dot<T, 4>(x + m * ldx, W, K, n, t);
-      for (int r = 0; r < 4; ++r) y[m * ldy + n + r] = t[r];
-    }
-  for (; n < n1; ++n)
-    for (i64 m = 0; m < M; ++m) rows_dot<T, 1>(x + m * ldx, W, K, n, y + m * ldy + n);
-}
-
-void gemv(const float* x, i64 M, i64 ldx, const void* W, WType wt, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
-  switch (wt) {
-    case WType::f32: return gemv_t<WType::f32>(x, M, ldx, W, K, n0, n1, y, ldy);
-    case WType::f16: return gemv_t<WType::f16>(x, M, ldx, W, K, n0, n1, y, ldy);
-    case WType::bf16: return gemv_t<WType::bf16>(x, M, ldx, W, K, n0, n1, y, ldy);
-  }
-}
-
 constexpr int kMr = 8, kNr = 32;
 
 // Widens a [32 rows x kc] block of W into panel[k][32]: 16 k-values per row are converted into a
@@ -265,7 +223,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx512() {
-  static const Kernels k{"avx512", kMr, kNr, gemv, pack, micro, q8_gemv, q8_quantize, dot, axpy, scale, silu_mul, add};
+  static const Kernels k{"avx512", kMr, kNr, gemv_avx512, pack, micro, q8_gemv, q8_quantize, dot, axpy, scale, silu_mul, add};
   return k;
 }
 

@@ -12,8 +12,10 @@ namespace sonde::threaded {
 
 namespace {
 
-constexpr std::int64_t kGemvRows = 32;    // W rows per GEMV task
-constexpr std::int64_t kNc = 64;          // GEMM columns per task (a multiple of every ISA's nr)
+constexpr std::int64_t kGemvRows = 32;    // W rows per q8 task
+constexpr std::int64_t kGemvTasksPerThread = 4;  // GEMV: a late thread delays the call by <= 1/4 share
+constexpr std::int64_t kGemvMinRows = 16;        // GEMV rows per task: at least this, a multiple of 8
+constexpr std::int64_t kNc = 64;          // GEMM columns per task at most (a power-of-2 multiple of every nr)
 constexpr std::int64_t kKc = 256;         // GEMM K block: an nr x kKc f32 panel stays in L1/L2
 constexpr std::int64_t kGemmMinRows = 4;  // below this, GEMV (reading W once per x row from cache)
 constexpr std::int64_t kQ8Rows = 16;      // x rows per q8 pass over a task's W rows (they stay in L2)
@@ -59,23 +61,31 @@ void gemm_task(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1,
   add_bias(j, m0, m1, n0, n1);
 }
 
+// Tasks are column blocks of nc columns; each packs its W columns once and reuses them for all M
+// rows. nc shrinks from kNc (halving, down to nr) until there are about 4 tasks per thread; M is
+// split only when even that leaves a thread without a task (each row chunk re-packs its columns).
 void gemm(const Ctx& c, const Job& j) {
-  const std::int64_t nblocks = (j.N + kNc - 1) / kNc;
-  // Enough tasks to keep every thread busy: split M into row chunks (multiples of mr) if needed.
-  const std::int64_t want = 4 * c.pool.size();
-  std::int64_t mchunks = std::clamp<std::int64_t>((want + nblocks - 1) / nblocks, 1, (j.M + c.k.mr - 1) / c.k.mr);
+  const std::int64_t threads = c.pool.size(), want = 4 * threads;
+  std::int64_t nc = kNc;
+  while (nc > c.k.nr && (j.N + nc - 1) / nc < want) nc /= 2;
+  const std::int64_t nblocks = (j.N + nc - 1) / nc;
+  std::int64_t mchunks = std::clamp<std::int64_t>((threads + nblocks - 1) / nblocks, 1, (j.M + c.k.mr - 1) / c.k.mr);
   const std::int64_t mrows = ((j.M + mchunks - 1) / mchunks + c.k.mr - 1) / c.k.mr * c.k.mr;
   mchunks = (j.M + mrows - 1) / mrows;
   std::vector<std::vector<float>> panels(static_cast<std::size_t>(c.pool.size()));
   c.pool.run(nblocks * mchunks, [&](std::int64_t t, int worker) {
     const std::int64_t nb = t / mchunks, mc = t % mchunks;
-    gemm_task(c.k, j, nb * kNc, std::min(j.N, (nb + 1) * kNc), mc * mrows, std::min(j.M, (mc + 1) * mrows),
+    gemm_task(c.k, j, nb * nc, std::min(j.N, (nb + 1) * nc), mc * mrows, std::min(j.M, (mc + 1) * mrows),
               panels[static_cast<std::size_t>(worker)]);
   });
 }
 
+// W streams from memory once: each task takes a large contiguous block of rows (the hardware
+// prefetcher follows one long stream per thread), about kGemvTasksPerThread blocks per thread.
 void gemv(const Ctx& c, const Job& j) {
-  for_chunks(c.pool, j.N, kGemvRows, [&](std::int64_t n0, std::int64_t n1) {
+  const std::int64_t want = kGemvTasksPerThread * c.pool.size();
+  const std::int64_t rows = std::max(kGemvMinRows, ((j.N + want - 1) / want + 7) / 8 * 8);
+  for_chunks(c.pool, j.N, rows, [&](std::int64_t n0, std::int64_t n1) {
     c.k.gemv(j.x, j.M, j.K, j.W, j.wt, j.K, n0, n1, j.y, j.N);
     add_bias(j, 0, j.M, n0, n1);
   });

@@ -2,8 +2,12 @@
 // The backend's only threads (design §8.10): size()-1 std::thread workers plus the calling
 // thread. run() hands tasks out in order through an atomic counter; each task must write its own
 // outputs (no reduction across tasks), so results never depend on which thread ran which task.
+//
+// Waiting: a forward pass runs hundreds of short parallel regions a few microseconds apart, and a
+// futex wake costs tens of microseconds, so an idle worker first polls with pause for kSpin, then
+// sleeps on the generation counter (std::atomic::wait, a futex on Linux). It never calls
+// sched_yield, so a worker with nothing to do does not take a shared core away for long.
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -32,14 +36,12 @@ class ThreadPool {
   void drain(int worker);
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<int> busy_{0};
+  std::atomic<std::uint32_t> generation_{0};  // bumped once per run() (and at shutdown)
+  std::atomic<std::uint32_t> busy_{0};        // workers still inside the current run()
   std::atomic<std::int64_t> next_{0};
   std::int64_t tasks_ = 0;
   const Task* fn_ = nullptr;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
   std::mutex err_mu_;
   std::exception_ptr error_;
 };

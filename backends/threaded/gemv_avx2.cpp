@@ -1,0 +1,152 @@
+// AVX2 GEMV for decode: y[m, n] = sum_k x[m, k] W[n, k], the same scheme as gemv_avx512.cpp with
+// 16 elements of K per step: R rows share the x vectors, two accumulators per (row, x row), bf16
+// widened as lane << 16 (even elements) and lane & 0xFFFF0000 (odd elements) against x permuted
+// to match, rows prefetched kAhead bytes ahead (wrapping into the next R-row block).
+// Summation order of one output: lane-wise over the K steps in ascending order, then the two
+// accumulators added and the 8 lanes reduced; it depends only on K.
+#include "kernels.h"
+
+#include <immintrin.h>
+
+namespace sonde::threaded {
+namespace {
+
+using i64 = std::int64_t;
+
+constexpr i64 kStep = 16;     // K elements per step
+constexpr i64 kAhead = 1024;  // prefetch distance per row stream, bytes
+
+template <WType T> constexpr i64 esize() { return T == WType::f32 ? 4 : 2; }
+
+// The first `valid` elements of p (< kStep), zero beyond, in a buffer: AVX2 has no masked 16-bit
+// load, and reading past the end of a mapped weight is not allowed.
+template <typename E> struct Tail {
+  alignas(32) E v[kStep] = {};
+  void fill(const void* p, i64 valid) {
+    for (i64 j = 0; j < valid; ++j) v[j] = static_cast<const E*>(p)[j];
+  }
+};
+template <WType T> struct ElemOf { using type = std::uint16_t; };
+template <> struct ElemOf<WType::f32> { using type = float; };
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// 16 x values from a full step in load_w's order (bf16: even elements, then odd elements).
+template <WType T> inline void order_x(const float* x, __m256& a, __m256& b) {
+  const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+  if constexpr (T == WType::bf16) {
+    // shuffle_ps gives per 128-bit half (0,2,8,10 | 4,6,12,14); the 64-bit pairs then go in order.
+    const __m256i fix = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    a = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(x0, x1, _MM_SHUFFLE(2, 0, 2, 0)), fix);
+    b = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(x0, x1, _MM_SHUFFLE(3, 1, 3, 1)), fix);
+  } else {
+    a = x0;
+    b = x1;
+  }
+}
+
+// 16 weights of a full step from element pointer p, widened to f32.
+template <WType T> inline void load_w(const void* p, __m256& a, __m256& b) {
+  if constexpr (T == WType::bf16) {
+    const __m256i v = _mm256_loadu_si256(static_cast<const __m256i*>(p));
+    a = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    b = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  } else if constexpr (T == WType::f16) {
+    const auto* h = static_cast<const __m128i*>(p);
+    a = _mm256_cvtph_ps(_mm_loadu_si128(h));
+    b = _mm256_cvtph_ps(_mm_loadu_si128(h + 1));
+  } else {
+    a = _mm256_loadu_ps(static_cast<const float*>(p));
+    b = _mm256_loadu_ps(static_cast<const float*>(p) + 8);
+  }
+}
+
+template <WType T, int M, int R> struct Block {
+  __m256 acc[M][R][2];
+
+  // One full step at element k; xs[m] points at x row m's step (a buffer for the tail).
+  inline void step(const float* const* xs, const void* const* ws) {
+    __m256 xa[M], xb[M];
+    for (int m = 0; m < M; ++m) order_x<T>(xs[m], xa[m], xb[m]);
+    for (int r = 0; r < R; ++r) {
+      __m256 wa, wb;
+      load_w<T>(ws[r], wa, wb);
+      for (int m = 0; m < M; ++m) {
+        acc[m][r][0] = _mm256_fmadd_ps(wa, xa[m], acc[m][r][0]);
+        acc[m][r][1] = _mm256_fmadd_ps(wb, xb[m], acc[m][r][1]);
+      }
+    }
+  }
+
+  // The last K % kStep elements, through zero-padded copies.
+  inline void tail(const float* x, i64 ldx, const char* base, i64 rowbytes, i64 k, i64 valid) {
+    Tail<float> xt[M];
+    const float* xs[M];
+    for (int m = 0; m < M; ++m) xt[m].fill(x + m * ldx + k, valid), xs[m] = xt[m].v;
+    for (int r = 0; r < R; ++r) {
+      Tail<typename ElemOf<T>::type> wt;
+      wt.fill(base + r * rowbytes + k * esize<T>(), valid);
+      const void* ws[1] = {wt.v};
+      Block<T, M, 1> one;
+      for (int m = 0; m < M; ++m) one.acc[m][0][0] = acc[m][r][0], one.acc[m][0][1] = acc[m][r][1];
+      one.step(xs, ws);
+      for (int m = 0; m < M; ++m) acc[m][r][0] = one.acc[m][0][0], acc[m][r][1] = one.acc[m][0][1];
+    }
+  }
+
+  void run(const float* x, i64 ldx, const char* base, i64 K, float* y, i64 ldy) {
+    for (int m = 0; m < M; ++m)
+      for (int r = 0; r < R; ++r) acc[m][r][0] = acc[m][r][1] = _mm256_setzero_ps();
+    const i64 rowbytes = K * esize<T>();
+    i64 k = 0;
+    for (; k + kStep <= K; k += kStep) {
+      const i64 off = k * esize<T>(), ahead = off + kAhead, skip = ahead < rowbytes ? 0 : (R - 1) * rowbytes;
+      const float* xs[M];
+      const void* ws[R];
+      for (int m = 0; m < M; ++m) xs[m] = x + m * ldx + k;
+      for (int r = 0; r < R; ++r) {
+        ws[r] = base + r * rowbytes + off;
+        _mm_prefetch(base + r * rowbytes + ahead + skip, _MM_HINT_T0);
+      }
+      step(xs, ws);
+    }
+    if (k < K) tail(x, ldx, base, rowbytes, k, K - k);
+    for (int m = 0; m < M; ++m)
+      for (int r = 0; r < R; ++r) y[m * ldy + r] = hsum(_mm256_add_ps(acc[m][r][0], acc[m][r][1]));
+  }
+};
+
+// 16 ymm registers: 2*M*R accumulators, 2*M x vectors and two weight vectors.
+template <WType T, int M> void gemv_m(const float* x, i64 ldx, const void* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
+  constexpr int R = M == 1 ? 4 : M == 2 ? 2 : 1;
+  const auto* w = static_cast<const char*>(W);
+  const i64 rowbytes = K * esize<T>();
+  i64 n = n0;
+  for (; n + R <= n1; n += R) Block<T, M, R>{}.run(x, ldx, w + n * rowbytes, K, y + n, ldy);
+  for (; n < n1; ++n) Block<T, M, 1>{}.run(x, ldx, w + n * rowbytes, K, y + n, ldy);
+}
+
+template <WType T> void gemv_t(const float* x, i64 M, i64 ldx, const void* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
+  for (i64 m = 0; m < M;) {
+    const i64 left = M - m;
+    if (left >= 3) gemv_m<T, 3>(x + m * ldx, ldx, W, K, n0, n1, y + m * ldy, ldy), m += 3;
+    else if (left == 2) gemv_m<T, 2>(x + m * ldx, ldx, W, K, n0, n1, y + m * ldy, ldy), m += 2;
+    else gemv_m<T, 1>(x + m * ldx, ldx, W, K, n0, n1, y + m * ldy, ldy), m += 1;
+  }
+}
+
+}  // namespace
+
+void gemv_avx2(const float* x, i64 M, i64 ldx, const void* W, WType wt, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
+  switch (wt) {
+    case WType::f32: return gemv_t<WType::f32>(x, M, ldx, W, K, n0, n1, y, ldy);
+    case WType::f16: return gemv_t<WType::f16>(x, M, ldx, W, K, n0, n1, y, ldy);
+    case WType::bf16: return gemv_t<WType::bf16>(x, M, ldx, W, K, n0, n1, y, ldy);
+  }
+}
+
+}  // namespace sonde::threaded
