@@ -36,20 +36,40 @@ template <WType T> inline __m512 ldm(const void* W, i64 i, __mmask16 m) {
 
 constexpr int kMr = 8, kNr = 32;
 
-// Widens a [32 rows x kc] block of W into panel[k][32]: 16 k-values per row are converted into a
-// row-major 32x16 tile, then each k becomes one panel row by two gathers down the tile's columns.
+// In-register transpose of 16 vectors r[i][j] -> r[j][i]: for block size d = 8, 4, 2, 1, rows i
+// and i + d (i & d == 0) swap their off-diagonal d x d blocks: a'[j] = j & d ? b[j - d] : a[j],
+// b'[j] = j & d ? b[j] : a[j + d]. 64 two-source permutes, no memory round trip or gather.
+inline void transpose16(__m512 r[16]) {
+  for (int d = 8; d >= 1; d /= 2) {
+    alignas(64) int ia[16], ib[16];
+    for (int j = 0; j < 16; ++j) {
+      ia[j] = (j & d) ? 16 + j - d : j;
+      ib[j] = (j & d) ? 16 + j : j + d;
+    }
+    const __m512i va = _mm512_load_si512(ia), vb = _mm512_load_si512(ib);
+    for (int i = 0; i < 16; ++i)
+      if (!(i & d)) {
+        const __m512 a = r[i], b = r[i + d];
+        r[i] = _mm512_permutex2var_ps(a, va, b);
+        r[i + d] = _mm512_permutex2var_ps(a, vb, b);
+      }
+  }
+}
+
+// Widens a [32 rows x kc] block of W into panel[k][32]: per 16 k-values, each half of the rows
+// (16 x 16) is loaded widened and transposed in registers, so each k becomes one panel row.
 template <WType T> void pack_t(const void* W, i64 K, i64 n0, i64 nvalid, i64 k0, i64 kc, float* panel) {
-  alignas(64) float tile[kNr * 16];
-  const __m512i col = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                         _mm512_set1_epi32(16));
   for (i64 k = 0; k < kc; k += 16) {
     const __mmask16 m = lanes(kc - k);
-    for (i64 j = 0; j < kNr; ++j)
-      _mm512_store_ps(tile + j * 16, j < nvalid ? ldm<T>(W, (n0 + j) * K + k0 + k, m) : _mm512_setzero_ps());
     const i64 kk_end = kc - k < 16 ? kc - k : 16;
-    for (i64 kk = 0; kk < kk_end; ++kk) {
-      _mm512_storeu_ps(panel + (k + kk) * kNr, _mm512_i32gather_ps(col, tile + kk, 4));
-      _mm512_storeu_ps(panel + (k + kk) * kNr + 16, _mm512_i32gather_ps(col, tile + 16 * 16 + kk, 4));
+    for (i64 half = 0; half < 2; ++half) {
+      __m512 r[16];
+      for (i64 j = 0; j < 16; ++j) {
+        const i64 row = half * 16 + j;
+        r[j] = row < nvalid ? ldm<T>(W, (n0 + row) * K + k0 + k, m) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (i64 kk = 0; kk < kk_end; ++kk) _mm512_storeu_ps(panel + (k + kk) * kNr + half * 16, r[kk]);
     }
   }
 }
