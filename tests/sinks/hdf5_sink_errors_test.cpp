@@ -22,18 +22,6 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// Runs f, which must throw sonde::Error of `kind`; returns the message.
-template <typename F>
-std::string error_of(F&& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no sonde::Error thrown";
-  return "";
-}
 
 TEST(Hdf5SinkErrors, ExistingFileIsRefusedWithoutOverwrite) {
   const auto path = (temp_dir() / "exists.h5").string();

@@ -6,8 +6,10 @@
 #include "sink_under_test.h"
 
 #include <sonde/dtype.h>
+#include <sonde/error.h>
 #include <sonde/tensor.h>
 
+#include <gtest/gtest.h>
 #include <test_paths.h>
 
 #include <cstring>
@@ -16,6 +18,19 @@
 #include <vector>
 
 namespace sonde::test {
+
+// Runs f, which must throw sonde::Error of `kind`; returns the message.
+template <typename F>
+std::string error_of(F&& f, ErrorKind kind) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no sonde::Error thrown";
+  return "";
+}
 
 inline SinkOptions options_for(const std::string& path, DType storage) {
   SinkOptions o;

@@ -16,17 +16,6 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-template <typename F>
-std::string error_of(F&& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no sonde::Error thrown";
-  return "";
-}
 
 SinkOptions streaming(const std::string& path, DType storage = DType::f32) {
   SinkOptions o = options_for(path, storage);
