@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <immintrin.h>
+#include <stdexcept>
 
 namespace sonde::threaded {
 
@@ -39,13 +40,22 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::drain(int worker) {
-  for (std::int64_t t = next_.fetch_add(1); t < tasks_; t = next_.fetch_add(1)) {
+  for (;;) {
+    const std::uint64_t claim = next_.fetch_add(1, std::memory_order_acq_rel);
+    const std::uint64_t job = job_.load(std::memory_order_acquire);
+    // A claim from another run (a worker that woke late) is dropped. A claim of this run that is
+    // in range holds the run open (done_ cannot reach the count), so job_ and fn_ stay put.
+    if ((claim >> 32) != (job >> 32)) return;
+    const auto t = static_cast<std::int64_t>(claim & 0xffffffffu), tasks = static_cast<std::int64_t>(job & 0xffffffffu);
+    if (t >= tasks) return;
     try {
-      (*fn_)(t, worker);
+      (*fn_.load(std::memory_order_acquire))(t, worker);
     } catch (...) {
       std::lock_guard<std::mutex> lock(err_mu_);
       if (!error_) error_ = std::current_exception();
     }
+    // The last task wakes the caller if it went to sleep (notify is free without waiters).
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<std::uint32_t>(tasks)) done_.notify_one();
   }
 }
 
@@ -58,8 +68,6 @@ void ThreadPool::worker_loop(int worker) {
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
     drain(worker);
-    // The last worker out wakes the caller if it went to sleep (notify is free without waiters).
-    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) busy_.notify_one();
   }
 }
 
@@ -69,18 +77,21 @@ void ThreadPool::run(std::int64_t tasks, const Task& fn) {
     for (std::int64_t t = 0; t < tasks; ++t) fn(t, 0);
     return;
   }
-  fn_ = &fn;
-  tasks_ = tasks;
-  next_.store(0, std::memory_order_relaxed);
+  if (tasks > 0xffffffffLL) throw std::length_error("thread pool: too many tasks in one run");
+  const std::uint64_t run_no = (job_.load(std::memory_order_relaxed) >> 32) + 1;
   error_ = nullptr;
-  busy_.store(static_cast<std::uint32_t>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);  // publishes the fields above
+  fn_.store(&fn, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  job_.store((run_no << 32) | static_cast<std::uint64_t>(tasks), std::memory_order_release);
+  next_.store(run_no << 32, std::memory_order_release);  // claims from now on belong to this run
+  generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   drain(0);
-  const auto idle = [&] { return busy_.load(std::memory_order_acquire) == 0; };
-  if (!spin_until(idle))
-    for (std::uint32_t b = busy_.load(std::memory_order_acquire); b != 0; b = busy_.load(std::memory_order_acquire))
-      busy_.wait(b, std::memory_order_acquire);
+  const auto n = static_cast<std::uint32_t>(tasks);
+  const auto finished = [&] { return done_.load(std::memory_order_acquire) == n; };
+  if (!spin_until(finished))
+    for (std::uint32_t d = done_.load(std::memory_order_acquire); d != n; d = done_.load(std::memory_order_acquire))
+      done_.wait(d, std::memory_order_acquire);
   if (error_) std::rethrow_exception(error_);
 }
 

@@ -7,6 +7,11 @@
 // futex wake costs tens of microseconds, so an idle worker first polls with pause for kSpin, then
 // sleeps on the generation counter (std::atomic::wait, a futex on Linux). It never calls
 // sched_yield, so a worker with nothing to do does not take a shared core away for long.
+//
+// The caller waits for the tasks, not for the workers: on a shared machine a worker may not be
+// scheduled for milliseconds, and the caller then runs every task itself instead of waiting for
+// that worker to check in. A worker that wakes late claims nothing: each claim carries the run's
+// number, and a claim from an earlier run is dropped.
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -37,10 +42,12 @@ class ThreadPool {
 
   std::vector<std::thread> workers_;
   std::atomic<std::uint32_t> generation_{0};  // bumped once per run() (and at shutdown)
-  std::atomic<std::uint32_t> busy_{0};        // workers still inside the current run()
-  std::atomic<std::int64_t> next_{0};
-  std::int64_t tasks_ = 0;
-  const Task* fn_ = nullptr;
+  // (run number << 32) | next task index: a claim is one fetch_add, tagged with its run.
+  std::atomic<std::uint64_t> next_{0};
+  // (run number << 32) | task count of the current run, and its function.
+  std::atomic<std::uint64_t> job_{0};
+  std::atomic<const Task*> fn_{nullptr};
+  std::atomic<std::uint32_t> done_{0};  // tasks of the current run finished
   std::atomic<bool> stop_{false};
   std::mutex err_mu_;
   std::exception_ptr error_;
