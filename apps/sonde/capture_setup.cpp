@@ -14,7 +14,8 @@ void add_capture_options(po::options_description& desc, CaptureOptions& o) {
       ("positions", po::value(&o.positions)->default_value("all"), "all, prompt, generated or last")
       ("diffusion-capture", po::value(&o.diffusion_capture)->default_value("commit"),
        "diffusion steps captured: commit, final, all or every:K")
-      ("storage-dtype", po::value(&o.storage)->default_value("f32"), "f32, bf16 or f16");
+      ("storage-dtype", po::value(&o.storage)->default_value("f32"), "f32, bf16 or f16")
+      ("compress", po::bool_switch(&o.compress), "shuffle + deflate the activations (smaller files, slower writes)");
 }
 
 DType storage_dtype(const std::string& name) {
@@ -58,7 +59,7 @@ std::function<bool(std::int32_t)> special_token_test(const Session& s) {
 
 nlohmann::json capture_config(const CaptureOptions& o) {
   return {{"hooks", o.hooks}, {"positions", o.positions}, {"diffusion_capture", o.diffusion_capture},
-          {"storage_dtype", o.storage}};
+          {"storage_dtype", o.storage}, {"compress", o.compress}};
 }
 
 }  // namespace sonde::cli

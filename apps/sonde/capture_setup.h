@@ -15,6 +15,7 @@ namespace sonde::cli {
 
 struct CaptureOptions {
   std::string hooks, positions = "all", diffusion_capture = "commit", storage = "f32";
+  bool compress = false;  // shuffle + deflate, whole chunks compressed by the writer
 };
 
 void add_capture_options(po::options_description& desc, CaptureOptions& o);

@@ -145,6 +145,7 @@ struct Run {
       SinkOptions so;
       so.path = o.acts;
       so.storage = storage_dtype(o.capture.storage);
+      so.compress = o.capture.compress;
       so.overwrite = o.overwrite;
       so.streaming = true;
       so.resume = !fresh_acts;

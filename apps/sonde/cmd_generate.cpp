@@ -180,6 +180,7 @@ CaptureTarget open_capture(Session& s, const GenerateOptions& o, const std::vect
   SinkOptions so;
   so.path = o.out;
   so.storage = storage_dtype(o.capture.storage);
+  so.compress = o.capture.compress;
   so.overwrite = o.overwrite;
   so.diffusion = s.info().decoding == DecodingKind::MaskedDiffusion;
   t.sink = PluginRegistry::instance().sink("hdf5");

@@ -1,5 +1,7 @@
 #include "h5_extendible.h"
 
+#include "chunk_codec.h"
+
 #include <sonde/error.h>
 
 #include <bit>
@@ -38,6 +40,9 @@ Extendible Extendible::create(const Handle& loc, const std::string& name, const 
   e.ds_ = create_dataset(loc, name, spec.file_type, create_space(dims, maxdims),
                          chunked_props(spec, where));
   e.row_dims_ = spec.row_dims;
+  e.compressed_ = spec.compress;
+  e.chunk_rows_ = spec.chunk_rows;
+  e.file_elem_size_ = H5Tget_size(spec.file_type);
   return e;
 }
 
@@ -51,6 +56,15 @@ Extendible Extendible::open(const Handle& loc, const std::string& name) {
   check_rc(H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr), "get the extent of", e.ds_.where());
   e.rows_ = dims.front();
   e.row_dims_.assign(dims.begin() + 1, dims.end());
+  // A reopened dataset keeps its layout: compressed iff created with filters (ours: shuffle +
+  // deflate), and its chunk rows.
+  Handle dcpl(check_id(H5Dget_create_plist(e.ds_.id()), "get the creation properties of", e.ds_.where()), H5Pclose,
+              e.ds_.file(), e.ds_.object());
+  e.compressed_ = H5Pget_nfilters(dcpl.id()) > 0;
+  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
+  if (H5Pget_chunk(dcpl.id(), rank, chunk.data()) == rank) e.chunk_rows_ = chunk.front();
+  Handle type(check_id(H5Dget_type(e.ds_.id()), "get the type of", e.ds_.where()), H5Tclose, e.ds_.file(), e.ds_.object());
+  e.file_elem_size_ = H5Tget_size(type.id());
   return e;
 }
 
@@ -82,6 +96,12 @@ void Extendible::read_at(hsize_t row, void* out, hid_t mem_type) const {
 
 namespace {
 constexpr std::size_t kPendingBytes = std::size_t{256} << 10;
+
+std::size_t row_elems(const std::vector<hsize_t>& row_dims) {
+  std::size_t n = 1;
+  for (auto d : row_dims) n *= d;
+  return n;
+}
 }
 
 void Extendible::append(const void* data, hsize_t rows, hid_t mem_type) {
@@ -93,12 +113,38 @@ void Extendible::append(const void* data, hsize_t rows, hid_t mem_type) {
   pending_.insert(pending_.end(), bytes, bytes + row_bytes * rows);
   pending_rows_ += rows;
   pending_type_ = mem_type;
-  if (pending_.size() >= kPendingBytes) write_pending();
+  // Compressed datasets wait for a whole chunk (compressed by us); others write ~kPendingBytes.
+  if (compressed_ ? pending_rows_ >= chunk_rows_ : pending_.size() >= kPendingBytes) write_gathered(false);
 }
 
-void Extendible::write_pending() {
+// Whole chunks bypass HDF5's filters only when our bytes are exactly the file's: same element
+// size (little-endian host, as every supported one is).
+bool Extendible::can_write_chunks() const {
+  return compressed_ && chunk_rows_ > 0 && file_elem_size_ == H5Tget_size(pending_type_);
+}
+
+void Extendible::write_gathered(bool all) {
   if (pending_rows_ == 0) return;
-  const hsize_t rows = pending_rows_;
+  const std::size_t row_bytes = H5Tget_size(pending_type_) * row_elems(row_dims_);
+  hsize_t done = 0;
+  if (can_write_chunks()) {
+    // Up to the next chunk boundary through HDF5, then whole chunks compressed here.
+    const hsize_t head = std::min(pending_rows_, (chunk_rows_ - rows_ % chunk_rows_) % chunk_rows_);
+    if (head) write_rows(pending_.data(), head);
+    done = head;
+    for (; pending_rows_ - done >= chunk_rows_; done += chunk_rows_) write_compressed_chunk(pending_.data() + done * row_bytes);
+    if (!all) {
+      pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done * row_bytes));
+      pending_rows_ -= done;
+      return;
+    }
+  }
+  if (pending_rows_ > done) write_rows(pending_.data() + done * row_bytes, pending_rows_ - done);
+  pending_.clear();
+  pending_rows_ = 0;
+}
+
+void Extendible::write_rows(const unsigned char* data, hsize_t rows) {
   std::vector<hsize_t> extent{rows_ + rows}, start{rows_}, count{rows};
   extent.insert(extent.end(), row_dims_.begin(), row_dims_.end());
   count.insert(count.end(), row_dims_.begin(), row_dims_.end());
@@ -109,11 +155,20 @@ void Extendible::write_pending() {
   check_rc(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
            what, ds_.where());
   Handle mem_space = create_space(count, count);
-  check_rc(H5Dwrite(ds_.id(), pending_type_, mem_space.id(), file_space.id(), H5P_DEFAULT, pending_.data()), what,
-           ds_.where());
+  check_rc(H5Dwrite(ds_.id(), pending_type_, mem_space.id(), file_space.id(), H5P_DEFAULT, data), what, ds_.where());
   rows_ += rows;
-  pending_.clear();
-  pending_rows_ = 0;
+}
+
+void Extendible::write_compressed_chunk(const unsigned char* data) {
+  const std::size_t bytes = chunk_rows_ * row_elems(row_dims_) * file_elem_size_;
+  const auto packed = shuffle_deflate(data, bytes, file_elem_size_, 1);  // outside the HDF5 lock
+  std::vector<hsize_t> extent{rows_ + chunk_rows_}, offset{rows_};
+  extent.insert(extent.end(), row_dims_.begin(), row_dims_.end());
+  offset.resize(extent.size(), 0);
+  const std::string what = "write a compressed chunk at row " + std::to_string(rows_) + " of";
+  check_rc(H5Dset_extent(ds_.id(), extent.data()), what, ds_.where());
+  check_rc(H5Dwrite_chunk(ds_.id(), H5P_DEFAULT, 0, offset.data(), packed.size(), packed.data()), what, ds_.where());
+  rows_ += chunk_rows_;
 }
 
 }  // namespace sonde::h5

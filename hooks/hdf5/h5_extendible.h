@@ -34,7 +34,7 @@ class Extendible {
   // call, which is what keeps per-prompt appends cheap. write_pending() and flush() write them.
   void append(const void* data, hsize_t rows, hid_t mem_type);
   // Writes the gathered rows. The extent is only counted once the write succeeded.
-  void write_pending();
+  void write_pending() { write_gathered(true); }
   hsize_t rows() const { return rows_ + pending_rows_; }
   // Shrinks the extent to `rows` (resume drops uncommitted rows); more rows than the dataset
   // holds means the file does not match its /progress, which is an error.
@@ -52,12 +52,24 @@ class Extendible {
   }
 
  private:
+  // Writes what was gathered: with `all` false, a compressed dataset writes only up to its last
+  // whole chunk and keeps the rest gathered.
+  void write_gathered(bool all);
+  // Rows through HDF5's own write (and filter pipeline).
+  void write_rows(const unsigned char* data, hsize_t rows);
+  // One whole, chunk-aligned chunk, compressed by us and written with H5Dwrite_chunk.
+  void write_compressed_chunk(const unsigned char* data);
+  bool can_write_chunks() const;
+
   Handle ds_;
   std::vector<hsize_t> row_dims_;
   hsize_t rows_ = 0;
   std::vector<unsigned char> pending_;
   hsize_t pending_rows_ = 0;
   hid_t pending_type_ = H5I_INVALID_HID;
+  bool compressed_ = false;  // shuffle + deflate(1), as chunked_props() sets them
+  hsize_t chunk_rows_ = 1;
+  std::size_t file_elem_size_ = 0;
 };
 
 }  // namespace sonde::h5
