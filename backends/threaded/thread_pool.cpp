@@ -2,19 +2,21 @@
 
 #include <chrono>
 #include <immintrin.h>
-#include <stdexcept>
 
 namespace sonde::threaded {
 
 namespace {
 
 // How long an idle thread polls before it sleeps. Decode runs a parallel region every few
-// microseconds; a sleep costs a futex wake (tens of microseconds) on the next region, so the
-// poll must outlast the usual gap between regions but not much more.
-constexpr std::chrono::microseconds kSpin{200};
+// microseconds; a sleep costs a futex wake (tens of microseconds, more in a VM) on the next
+// region, so the poll must outlast the usual gap between regions but not much more.
+constexpr std::chrono::microseconds kSpin{100};
 
-// Polls until done() or kSpin has passed; true if done() became true. _mm_pause lets the other
-// hyperthread run and keeps the poll off the memory bus; the clock is read every 64 polls.
+constexpr std::uint64_t kIndexMask = 0xFFFFFFFFu;
+constexpr std::uint64_t kClosed = kIndexMask;  // the index of a finished run: above any task count
+
+// Polls until done() or kSpin has passed; true if done() became true. _mm_pause keeps the poll
+// cheap for the other hyperthread and the memory bus; the clock is read every 64 polls.
 template <typename Done> bool spin_until(const Done& done) {
   const auto until = std::chrono::steady_clock::now() + kSpin;
   for (;;) {
@@ -34,64 +36,65 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
   stop_.store(true);
-  generation_.fetch_add(1, std::memory_order_release);
+  generation_.fetch_add(1);
   generation_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::drain(int worker) {
-  for (;;) {
-    const std::uint64_t claim = next_.fetch_add(1, std::memory_order_acq_rel);
-    const std::uint64_t job = job_.load(std::memory_order_acquire);
-    // A claim from another run (a worker that woke late) is dropped. A claim of this run that is
-    // in range holds the run open (done_ cannot reach the count), so job_ and fn_ stay put.
-    if ((claim >> 32) != (job >> 32)) return;
-    const auto t = static_cast<std::int64_t>(claim & 0xffffffffu), tasks = static_cast<std::int64_t>(job & 0xffffffffu);
-    if (t >= tasks) return;
+// Claims and runs tasks of run `generation` until none is left or that run is over. fn_ and
+// tasks_ are read before the claim; a successful compare-exchange proves they were still this
+// run's (run() writes the next run's only after closing the claim word; all seq_cst).
+void ThreadPool::drain(int worker, std::uint64_t generation) {
+  for (std::uint64_t v = claim_.load();;) {
+    if ((v >> 32) != generation) return;
+    const auto task = static_cast<std::int64_t>(v & kIndexMask);
+    const std::int64_t tasks = tasks_.load();
+    const Task* fn = fn_.load();
+    if (task >= tasks) return;
+    if (!claim_.compare_exchange_weak(v, v + 1)) continue;  // v reloaded
     try {
-      (*fn_.load(std::memory_order_acquire))(t, worker);
+      (*fn)(task, worker);
     } catch (...) {
       std::lock_guard<std::mutex> lock(err_mu_);
       if (!error_) error_ = std::current_exception();
     }
-    // The last task wakes the caller if it went to sleep (notify is free without waiters).
-    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<std::uint32_t>(tasks)) done_.notify_one();
+    if (done_.fetch_add(1) + 1 == tasks) done_.notify_all();
+    v = claim_.load();
   }
 }
 
 void ThreadPool::worker_loop(int worker) {
-  std::uint32_t seen = 0;
+  std::uint64_t last = 0;  // the run this worker is done with (runs start at generation 1)
   for (;;) {
-    const auto moved = [&] { return generation_.load(std::memory_order_acquire) != seen; };
-    if (!spin_until(moved))
-      while (!moved()) generation_.wait(seen, std::memory_order_acquire);
-    seen = generation_.load(std::memory_order_acquire);
+    const auto fresh = [&] { return (claim_.load() >> 32) != last || stop_.load(); };
+    if (!spin_until(fresh))
+      while (!fresh()) generation_.wait(static_cast<std::uint32_t>(last));
     if (stop_.load()) return;
-    drain(worker);
+    last = claim_.load() >> 32;
+    drain(worker, last);
   }
 }
 
 void ThreadPool::run(std::int64_t tasks, const Task& fn) {
   if (tasks <= 0) return;
-  if (workers_.empty() || tasks == 1) {
+  if (workers_.empty() || tasks == 1 || static_cast<std::uint64_t>(tasks) >= kClosed) {
     for (std::int64_t t = 0; t < tasks; ++t) fn(t, 0);
     return;
   }
-  if (tasks > 0xffffffffLL) throw std::length_error("thread pool: too many tasks in one run");
-  const std::uint64_t run_no = (job_.load(std::memory_order_relaxed) >> 32) + 1;
+  // The previous run is closed, so no late worker can claim while these are rewritten.
+  const std::uint64_t generation = (claim_.load() >> 32) + 1;
+  fn_.store(&fn);
+  tasks_.store(tasks);
+  done_.store(0);
   error_ = nullptr;
-  fn_.store(&fn, std::memory_order_relaxed);
-  done_.store(0, std::memory_order_relaxed);
-  job_.store((run_no << 32) | static_cast<std::uint64_t>(tasks), std::memory_order_release);
-  next_.store(run_no << 32, std::memory_order_release);  // claims from now on belong to this run
-  generation_.fetch_add(1, std::memory_order_release);
+  claim_.store(generation << 32);
+  generation_.store(static_cast<std::uint32_t>(generation));
   generation_.notify_all();
-  drain(0);
-  const auto n = static_cast<std::uint32_t>(tasks);
-  const auto finished = [&] { return done_.load(std::memory_order_acquire) == n; };
+  drain(0, generation);
+  const auto finished = [&] { return done_.load() == tasks; };
   if (!spin_until(finished))
-    for (std::uint32_t d = done_.load(std::memory_order_acquire); d != n; d = done_.load(std::memory_order_acquire))
-      done_.wait(d, std::memory_order_acquire);
+    for (std::int64_t d = done_.load(); d != tasks; d = done_.load()) done_.wait(d);
+  claim_.store((generation << 32) | kClosed);
   if (error_) std::rethrow_exception(error_);
 }
 

@@ -3,7 +3,9 @@
 // thread. run() hands tasks out in order through an atomic counter; each task must write its own
 // outputs (no reduction across tasks), so results never depend on which thread ran which task.
 //
-// Waiting: a forward pass runs hundreds of short parallel regions a few microseconds apart, and a
+// run() returns when every task is finished, not when every worker has looked: a worker that is
+// asleep or descheduled when a run starts (a shared machine) costs nothing, the others take its
+// tasks. Waiting: a forward pass runs hundreds of short parallel regions a few microseconds apart, and a
 // futex wake costs tens of microseconds, so an idle worker first polls with pause for kSpin, then
 // sleeps on the generation counter (std::atomic::wait, a futex on Linux). It never calls
 // sched_yield, so a worker with nothing to do does not take a shared core away for long.
@@ -38,16 +40,17 @@ class ThreadPool {
 
  private:
   void worker_loop(int worker);
-  void drain(int worker);
+  void drain(int worker, std::uint64_t generation);
 
   std::vector<std::thread> workers_;
-  std::atomic<std::uint32_t> generation_{0};  // bumped once per run() (and at shutdown)
-  // (run number << 32) | next task index: a claim is one fetch_add, tagged with its run.
-  std::atomic<std::uint64_t> next_{0};
-  // (run number << 32) | task count of the current run, and its function.
-  std::atomic<std::uint64_t> job_{0};
+  // (generation << 32) | index of the next unclaimed task. A task is claimed by a compare-exchange
+  // on this word, so a worker that wakes late (after its run ended) can never claim a task of a
+  // newer run with the old run's fn_/tasks_: run() closes the word (index kClosed) at its end.
+  std::atomic<std::uint64_t> claim_{0};
+  std::atomic<std::uint32_t> generation_{0};  // low 32 bits of the current generation: the futex word
+  std::atomic<std::int64_t> tasks_{0};
   std::atomic<const Task*> fn_{nullptr};
-  std::atomic<std::uint32_t> done_{0};  // tasks of the current run finished
+  std::atomic<std::int64_t> done_{0};  // tasks of the current run finished; run() returns at tasks_
   std::atomic<bool> stop_{false};
   std::mutex err_mu_;
   std::exception_ptr error_;
