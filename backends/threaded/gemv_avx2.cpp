@@ -15,6 +15,7 @@ using i64 = std::int64_t;
 
 constexpr i64 kStep = 16;     // K elements per step
 constexpr i64 kAhead = 1024;  // prefetch distance per row stream, bytes
+constexpr i64 kChunkBytes = 256 << 10;  // W bytes per row chunk when M > 3 (half an L2)
 
 template <WType T> constexpr i64 esize() { return T == WType::f32 ? 4 : 2; }
 
@@ -130,12 +131,18 @@ template <WType T, int M> void gemv_m(const float* x, i64 ldx, const void* W, i6
   for (; n < n1; ++n) Block<T, M, 1>{}.run(x, ldx, w + n * rowbytes, K, y + n, ldy);
 }
 
+// Rows in chunks of about kChunkBytes of W (they stay in L2), each chunk against every group of
+// up to 3 x rows: W comes from memory once whatever M is.
 template <WType T> void gemv_t(const float* x, i64 M, i64 ldx, const void* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
-  for (i64 m = 0; m < M;) {
-    const i64 left = M - m;
-    if (left >= 3) gemv_m<T, 3>(x + m * ldx, ldx, W, K, n0, n1, y + m * ldy, ldy), m += 3;
-    else if (left == 2) gemv_m<T, 2>(x + m * ldx, ldx, W, K, n0, n1, y + m * ldy, ldy), m += 2;
-    else gemv_m<T, 1>(x + m * ldx, ldx, W, K, n0, n1, y + m * ldy, ldy), m += 1;
+  const i64 chunk = M <= 3 ? n1 - n0 : (kChunkBytes / (K * esize<T>()) / 8 + 1) * 8;
+  for (i64 r0 = n0; r0 < n1; r0 += chunk) {
+    const i64 r1 = r0 + chunk < n1 ? r0 + chunk : n1;
+    for (i64 m = 0; m < M;) {
+      const i64 left = M - m;
+      if (left >= 3) gemv_m<T, 3>(x + m * ldx, ldx, W, K, r0, r1, y + m * ldy, ldy), m += 3;
+      else if (left == 2) gemv_m<T, 2>(x + m * ldx, ldx, W, K, r0, r1, y + m * ldy, ldy), m += 2;
+      else gemv_m<T, 1>(x + m * ldx, ldx, W, K, r0, r1, y + m * ldy, ldy), m += 1;
+    }
   }
 }
 

@@ -65,11 +65,12 @@ double linear_error_vs_bound(Backend& b, std::int64_t M, std::int64_t K, std::in
   return worst;
 }
 
-// M around the GEMV/GEMM switch and the mr tiles, N around nr (16, 32) and the 64-column task,
+// M: the GEMV row groups (1..3, several groups), the GEMV/GEMM switch (192) and the mr tiles past
+// it (199 = 192 + 7); N around nr (16, 32) and the 64-column task,
 // K around the 16/32-lane loops, the q8 block (32) and the K block (256).
 void check_tile_edges(Backend& b) {
   for (DType wt : {DType::f32, DType::bf16, DType::f16})
-    for (std::int64_t M : {1, 3, 4, 7, 9, 17})
+    for (std::int64_t M : {1, 3, 4, 7, 9, 17, 192, 199})
       for (std::int64_t N : {1, 31, 33, 65, 97})
         for (std::int64_t K : {1, 15, 17, 33, 257, 300}) {
           SCOPED_TRACE(fmt::format("{} M={} N={} K={}", dtype_name(wt), M, N, K));
