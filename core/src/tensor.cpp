@@ -96,15 +96,26 @@ Tensor Tensor::copy_of(const TensorView& v) {
     std::memcpy(t.view_.data, v.data, v.nbytes());
     return t;
   }
-  // Strided copy, element by element over a rank <= 4 index space.
+  // Strided copy: the innermost dimensions that are laid out densely form one block (a KV-cache
+  // prefix view [B, P, nkv, d] of a [B, capacity, nkv, d] buffer copies B blocks of P*nkv*d);
+  // the outer index space is walked block by block.
   const std::size_t es = dtype_size(v.dtype);
+  int inner = v.shape.rank;  // dims [inner, rank) are dense
+  std::int64_t block = 1;
+  while (inner > 0 && (v.shape[inner - 1] == 1 || v.strides[static_cast<std::size_t>(inner - 1)] == block)) {
+    block *= v.shape[inner - 1];
+    --inner;
+  }
   std::array<std::int64_t, kMaxRank> idx{};
   auto* dst = static_cast<std::byte*>(t.view_.data);
-  for (std::int64_t n = 0; n < v.numel(); ++n) {
+  const auto* src = static_cast<const std::byte*>(v.data);
+  const std::int64_t blocks = block ? v.numel() / block : 0;
+  for (std::int64_t n = 0; n < blocks; ++n) {
     std::int64_t off = 0;
-    for (int k = 0; k < v.shape.rank; ++k) off += idx[static_cast<std::size_t>(k)] * v.strides[static_cast<std::size_t>(k)];
-    std::memcpy(dst + static_cast<std::size_t>(n) * es, static_cast<const std::byte*>(v.data) + static_cast<std::size_t>(off) * es, es);
-    for (int k = v.shape.rank - 1; k >= 0; --k) {
+    for (int k = 0; k < inner; ++k) off += idx[static_cast<std::size_t>(k)] * v.strides[static_cast<std::size_t>(k)];
+    std::memcpy(dst + static_cast<std::size_t>(n * block) * es, src + static_cast<std::size_t>(off) * es,
+                static_cast<std::size_t>(block) * es);
+    for (int k = inner - 1; k >= 0; --k) {
       if (++idx[static_cast<std::size_t>(k)] < v.shape[k]) break;
       idx[static_cast<std::size_t>(k)] = 0;
     }
