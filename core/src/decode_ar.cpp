@@ -115,7 +115,11 @@ std::vector<Completion> generate_autoregressive(DecodeForward& model,
     if (all_done) break;
   }
   // The last tokens' own forward (capture sees their activations); its logits are unused.
-  if (o.feed_last) model.forward(step_input(s, cached ? fed : 0, cached));
+  if (o.feed_last) {
+    StepInput last_in = step_input(s, cached ? fed : 0, cached);
+    last_in.need_logits = false;  // only its taps matter: the LM head is skipped
+    model.forward(last_in);
+  }
   for (auto& c : out)
     if (c.finish_reason.empty()) c.finish_reason = "length";
   return out;

@@ -18,10 +18,10 @@ Tensor SessionDecodeForward::forward(const StepInput& in) {
   if (in.use_cache) {
     if (in.past != cache_.filled)
       runtime_error("decode: step reads {} cached slots but the cache holds {}", in.past, cache_.filled);
-    return session_.forward_cached(fi, cache_, taps_, tap_);
+    return session_.forward_cached(fi, cache_, taps_, tap_, in.need_logits);
   }
   if (in.past != 0) runtime_error("decode: past = {} without a cache", in.past);
-  return session_.forward(fi, true, taps_, tap_);
+  return session_.forward(fi, in.need_logits, taps_, tap_);
 }
 
 void SessionDecodeForward::set_taps(const std::vector<std::string>& hooks, HookTap tap) {

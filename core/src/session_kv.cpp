@@ -42,7 +42,7 @@ KvCache Session::new_kv_cache(std::int64_t batch, std::int64_t capacity) const {
 Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache) { return forward_cached(in, cache, {}, {}); }
 
 Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std::set<std::string>& taps,
-                               const Executor::Tap& tap) {
+                               const Executor::Tap& tap, bool need_logits) {
   check_ids(in);
   const std::int64_t P = cache.filled, T = in.tokens, L = config_.num_hidden_layers;
   if (in.batch != cache.batch) runtime_error("forward_cached: batch {} but the cache holds {}", in.batch, cache.batch);
@@ -52,7 +52,7 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   if (!in.mask.empty() && static_cast<std::int64_t>(in.mask.size()) != in.batch * (P + T))
     runtime_error("forward_cached: {} mask entries for {} keys", in.mask.size(), in.batch * (P + T));
 
-  BatchShape shape{in.batch, T, !in.mask.empty(), true, P};
+  BatchShape shape{in.batch, T, !in.mask.empty(), need_logits, P};
   GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
   model_->build(shape, b);
   const Graph g = b.finish();
@@ -63,7 +63,8 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
     fills[fmt::format("blocks.{}.attn.hook_v", i)] = &cache.v[static_cast<std::size_t>(i)];
   }
   const Plan plan =
-      executor_->plan(g, {"logits"}, [&](const std::string& h) { return fills.count(h) > 0 || taps.count(h) > 0; });
+      executor_->plan(g, need_logits ? std::vector<std::string>{"logits"} : std::vector<std::string>{},
+                      [&](const std::string& h) { return fills.count(h) > 0 || taps.count(h) > 0; });
 
   const Shape bt{in.batch, T};
   std::map<std::string, TensorView> feeds{
@@ -82,7 +83,7 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
     if (tap && taps.count(hook)) tap(hook, v);
   });
   cache.filled = P + T;
-  return out.at("logits");
+  return need_logits ? out.at("logits") : Tensor();
 }
 
 }  // namespace sonde

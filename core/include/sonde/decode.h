@@ -22,6 +22,7 @@ struct StepInput {
   std::vector<std::int32_t> ids, positions;
   std::vector<std::uint8_t> key_mask;
   bool use_cache = false;  // read `past` cached slots and append these T slots (AR only)
+  bool need_logits = true;  // false: the caller only wants taps (and the cache); logits may be empty
 };
 
 // Receives a hook's value [B, T, *row_shape] during a forward; the view dies with the call.

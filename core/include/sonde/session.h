@@ -61,9 +61,10 @@ class Session {
   // earlier slots are read from the cache (no recomputation), and this call's K and V are
   // appended. in.mask, when given, covers every key: [B, filled + T]. Returns logits [B, T, V].
   Tensor forward_cached(const ForwardInput& in, KvCache& cache);
-  // The same, also delivering the hooks named in `taps` to `tap` as [B, T, *row_shape].
+  // The same, also delivering the hooks named in `taps` to `tap` as [B, T, *row_shape]; without
+  // need_logits the LM head is skipped and an empty tensor returned.
   Tensor forward_cached(const ForwardInput& in, KvCache& cache, const std::set<std::string>& taps,
-                        const Executor::Tap& tap);
+                        const Executor::Tap& tap, bool need_logits = true);
 
  private:
   void check_ids(const ForwardInput& in) const;
