@@ -22,21 +22,10 @@ std::string hex(const std::string& s) {
   return out;
 }
 
-// Runs a command and returns its exit status and combined output.
-std::pair<int, std::string> run(const std::string& command) {
-  std::string output;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
 class StockH5py : public ::testing::TestWithParam<DType> {};
 
 TEST_P(StockH5py, ReadsEveryDatasetWithTheExpectedValues) {
-  if (run(std::string(kPython) + " -c 'import h5py'").first != 0) GTEST_SKIP() << kPython << " has no h5py";
+  if (run_shell(std::string(kPython) + " -c 'import h5py'").first != 0) GTEST_SKIP() << kPython << " has no h5py";
   const DType storage = GetParam();
   const auto path = write_scenario_file(temp_dir(), storage);
   std::string command = std::string(kPython) + " " + SONDE_SINK_TEST_DIR "/check_h5py.py '" + path + "' " +
@@ -44,7 +33,7 @@ TEST_P(StockH5py, ReadsEveryDatasetWithTheExpectedValues) {
   for (const auto& h : scenario_hooks()) command += " " + h.name;
   command += " --";
   for (const auto& p : scenario_prompts()) command += " " + hex(p.record.text);
-  const auto [status, output] = run(command);
+  const auto [status, output] = run_shell(command);
   EXPECT_EQ(status, 0) << command << "\n" << output;
 }
 

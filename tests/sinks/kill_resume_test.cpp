@@ -260,16 +260,6 @@ TEST(FullDisk, WriterErrorSurfacesAsAClearErrorAndTheCommittedPrefixSurvives) {
   EXPECT_LT(m.prompts, kPrompts);
 }
 
-std::pair<int, std::string> run_shell(const std::string& command) {
-  std::string output;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
 TEST(StockH5pyAfterKill, ReadsTheCommittedPrefixAfterH5clearAndTheResumedFileWhole) {
   if (run_shell(std::string(kPython) + " -c 'import h5py'").first != 0) GTEST_SKIP() << kPython << " has no h5py";
   if (run_shell("h5clear --version").first != 0) GTEST_SKIP() << "h5clear (hdf5-tools) is not installed";

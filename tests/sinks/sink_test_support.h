@@ -12,9 +12,13 @@
 #include <gtest/gtest.h>
 #include <test_paths.h>
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sonde::test {
@@ -30,6 +34,17 @@ std::string error_of(F&& f, ErrorKind kind) {
   }
   ADD_FAILURE() << "no sonde::Error thrown";
   return "";
+}
+
+// Runs a shell command; its exit status and combined output.
+inline std::pair<int, std::string> run_shell(const std::string& command) {
+  std::string output;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
 inline SinkOptions options_for(const std::string& path, DType storage) {
