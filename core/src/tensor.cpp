@@ -130,7 +130,23 @@ Tensor to_f32(const TensorView& v) {
   Tensor out(DType::f32, v.shape);
   float* o = out.data<float>();
   const std::size_t n = static_cast<std::size_t>(v.numel());
-  for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<float>(load_as_double(c.data, c.dtype, i));
+  // One loop per dtype (no per-element switch): backends widen bf16 norm weights and biases on
+  // every call, hundreds of times per decoded token.
+  switch (c.dtype) {
+    case DType::f32: std::memcpy(o, c.data, n * sizeof(float)); break;
+    case DType::bf16: {
+      const auto* h = static_cast<const std::uint16_t*>(c.data);
+      for (std::size_t i = 0; i < n; ++i) o[i] = bf16_to_f32(h[i]);
+      break;
+    }
+    case DType::f16: {
+      const auto* h = static_cast<const std::uint16_t*>(c.data);
+      for (std::size_t i = 0; i < n; ++i) o[i] = f16_to_f32(h[i]);
+      break;
+    }
+    default:
+      for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<float>(load_as_double(c.data, c.dtype, i));
+  }
   return out;
 }
 
