@@ -13,7 +13,6 @@ namespace sonde::threaded {
 namespace {
 
 constexpr std::int64_t kGemvRows = 32;    // W rows per q8 task
-constexpr std::int64_t kGemvTasksPerThread = 4;  // GEMV: a late thread delays the call by <= 1/4 share
 constexpr std::int64_t kGemvMinRows = 16;        // GEMV rows per task: at least this, a multiple of 8
 constexpr std::int64_t kNc = 64;          // GEMM columns per task at most (a power-of-2 multiple of every nr)
 constexpr std::int64_t kKc = 256;         // GEMM K block: an nr x kKc f32 panel stays in L1/L2
@@ -82,12 +81,19 @@ void gemm(const Ctx& c, const Job& j) {
   });
 }
 
-// W streams from memory once: each task takes a large contiguous block of rows (the hardware
-// prefetcher follows one long stream per thread), about kGemvTasksPerThread blocks per thread.
+// W streams from memory once. Tasks are contiguous row blocks that shrink as the rows run out
+// (guided: each is about remaining / (2 * threads) rows, at least kGemvMinRows): the early blocks
+// are long streams the hardware prefetcher follows, and the last ones are short, so the thread
+// that finishes first waits for at most a few rows instead of a quarter share.
 void gemv(const Ctx& c, const Job& j) {
-  const std::int64_t want = kGemvTasksPerThread * c.pool.size();
-  const std::int64_t rows = std::max(kGemvMinRows, ((j.N + want - 1) / want + 7) / 8 * 8);
-  for_chunks(c.pool, j.N, rows, [&](std::int64_t n0, std::int64_t n1) {
+  std::vector<std::int64_t> start{0};
+  for (std::int64_t left = j.N; left > 0;) {
+    const std::int64_t rows = std::min(left, std::max(kGemvMinRows, (left / (2 * c.pool.size()) + 7) / 8 * 8));
+    start.push_back(start.back() + rows);
+    left -= rows;
+  }
+  c.pool.run(static_cast<std::int64_t>(start.size()) - 1, [&](std::int64_t t, int) {
+    const std::int64_t n0 = start[static_cast<std::size_t>(t)], n1 = start[static_cast<std::size_t>(t) + 1];
     c.k.gemv(j.x, j.M, j.K, j.W, j.wt, j.K, n0, n1, j.y, j.N);
     add_bias(j, 0, j.M, n0, n1);
   });
