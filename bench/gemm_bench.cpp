@@ -14,6 +14,8 @@
 #include <sonde/registry.h>
 #include <sonde/tensor.h>
 
+#include "stream_read.h"
+
 #include <cblas.h>
 #include <immintrin.h>
 #include <fmt/core.h>
@@ -93,75 +95,19 @@ Tensor random_tensor(DType dtype, const Shape& shape, std::uint32_t seed) {
   return t;
 }
 
-// Sum of n words (n a multiple of 32) with four independent accumulators, in the widest
-// vector ISA of the machine: a narrow or dependent loop under-reads the bandwidth by up to 1.5x.
-__attribute__((target("avx512f"))) std::uint64_t sum_avx512(const std::uint64_t* p, std::size_t n) {
-  __m512i a0 = _mm512_set1_epi64(0), a1 = a0, a2 = a0, a3 = a0;
-  for (std::size_t i = 0; i < n; i += 32) {
-    a0 = _mm512_add_epi64(a0, _mm512_load_si512(p + i));
-    a1 = _mm512_add_epi64(a1, _mm512_load_si512(p + i + 8));
-    a2 = _mm512_add_epi64(a2, _mm512_load_si512(p + i + 16));
-    a3 = _mm512_add_epi64(a3, _mm512_load_si512(p + i + 24));
-  }
-  alignas(64) std::uint64_t lanes[8];
-  _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
-  std::uint64_t s = 0;
-  for (auto v : lanes) s += v;
-  return s;
-}
-
-__attribute__((target("avx2"))) std::uint64_t sum_avx2(const std::uint64_t* p, std::size_t n) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  for (std::size_t i = 0; i < n; i += 16) {
-    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
-    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4)));
-    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 8)));
-    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 12)));
-  }
-  alignas(32) std::uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
-  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
-}
-
-std::uint64_t sum_scalar(const std::uint64_t* p, std::size_t n) {
-  std::uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  for (std::size_t i = 0; i < n; i += 4) a0 += p[i], a1 += p[i + 1], a2 += p[i + 2], a3 += p[i + 3];
-  return a0 + a1 + a2 + a3;
-}
-
-using SumFn = std::uint64_t (*)(const std::uint64_t*, std::size_t);
-SumFn widest_sum() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return sum_avx512;
-  if (__builtin_cpu_supports("avx2")) return sum_avx2;
-  return sum_scalar;
-}
-
 // Streaming read of a 1 GiB buffer split over `threads` threads: GB/s (1e9 bytes), best of 5.
 double measure_bandwidth(int threads) {
   constexpr std::size_t kBytes = std::size_t{1} << 30, kWords = kBytes / sizeof(std::uint64_t);
-  std::unique_ptr<std::uint64_t, decltype(&std::free)> owner(
-      static_cast<std::uint64_t*>(std::aligned_alloc(64, kBytes)), &std::free);
-  std::uint64_t* buf = owner.get();
+  std::vector<std::uint64_t> buf(kWords);
   for (std::size_t i = 0; i < kWords; ++i) buf[i] = i;  // touch every page
-  const SumFn sum = widest_sum();
-  std::vector<std::uint64_t> sums(static_cast<std::size_t>(threads));
-  const std::size_t chunks = kWords / 32;  // each thread reads whole 256-byte chunks
-  const auto read_all = [&] {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        const std::size_t b = chunks * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads) * 32;
-        const std::size_t e = chunks * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads) * 32;
-        sums[static_cast<std::size_t>(t)] = sum(buf + b, e - b);
-      });
-    for (auto& th : pool) th.join();
-  };
-  const double s = best_seconds(5, read_all);
-  std::uint64_t check = 0;
-  for (auto v : sums) check += v;
-  if (check != static_cast<std::uint64_t>(kWords) * (kWords - 1) / 2) sonde::runtime_error("bandwidth: wrong sum {}", check);
-  return static_cast<double>(kBytes) / s / 1e9;
+  const sonde::cli::ByteRange all{buf.data(), kBytes};
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    std::uint64_t check = 0;
+    best = std::min(best, sonde::cli::stream_read({&all, 1}, threads, &check));
+    if (check != static_cast<std::uint64_t>(kWords) * (kWords - 1) / 2) sonde::runtime_error("bandwidth: wrong sum {}", check);
+  }
+  return static_cast<double>(kBytes) / best / 1e9;
 }
 
 // max |a - b| / max |b|: a sanity check that a backend computed the same product.

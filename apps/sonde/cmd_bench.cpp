@@ -3,6 +3,7 @@
 // --repeat times; "seconds" is the best run and "median_seconds" the median.
 #include "app_common.h"
 #include "commands.h"
+#include "stream_read.h"
 
 #include <sonde/decode.h>
 #include <sonde/error.h>
@@ -31,6 +32,7 @@ struct BenchOptions {
 // One timed run: `seconds` is the timed part; decode also reports the prefill it excludes.
 struct RunTime {
   double seconds = 0, prefill_seconds = 0;
+  double read_seconds = 0;  // decode: one streaming read of the weights a step reads, next to this run
 };
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -166,6 +168,21 @@ std::uint64_t backend_weight_bytes(Session& s) {
   return bytes;
 }
 
+// What one decode step reads of the weights, as the backend holds them: every weight, except
+// that an embedding table the LM head does not share is read one row per token (so not counted).
+std::vector<ByteRange> decode_weight_ranges(Session& s) {
+  std::vector<ByteRange> ranges;
+  s.weights().visit([&](const WeightInfo& w) {
+    if (w.name == "model.embed_tokens.weight" && !s.config().tie_word_embeddings) return;
+    try {
+      const TensorView v = s.backend().weight(w.name);
+      ranges.push_back({v.data, static_cast<std::size_t>(v.nbytes())});
+    } catch (const Error&) {  // a tensor the model does not read (e.g. a tied lm_head)
+    }
+  });
+  return ranges;
+}
+
 // The widest vector ISA of this machine (what a run-time dispatching backend can use).
 std::string isa() {
 #if defined(__x86_64__)
@@ -199,6 +216,20 @@ nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<Run
   j["weight_bytes"] = s.weights().total_bytes();
   j["backend_weight_bytes"] = backend_weight_bytes(s);
   j["isa"] = isa();
+  if (runs.front().read_seconds > 0) {
+    // fraction = (time to stream the step's weights once) / (time per generated token)
+    std::uint64_t bytes = 0;
+    for (const auto& r : decode_weight_ranges(s)) bytes += r.bytes;
+    const auto fraction = [&](const RunTime& r) { return r.read_seconds * static_cast<double>(o.tokens) / r.seconds; };
+    std::vector<double> frac;
+    for (const auto& r : runs) frac.push_back(fraction(r));
+    std::sort(frac.begin(), frac.end());
+    j["weight_bytes_per_token"] = bytes;
+    j["bandwidth_gb_s"] = static_cast<double>(bytes) / runs.front().read_seconds / 1e9;
+    j["bound_tokens_per_s"] = static_cast<double>(o.batch) / runs.front().read_seconds;
+    j["bound_fraction"] = fraction(runs.front());
+    j["median_bound_fraction"] = frac[frac.size() / 2];
+  }
   return j;
 }
 
@@ -213,6 +244,13 @@ void print_text(const nlohmann::ordered_json& j) {
   if (j.contains("prefill_seconds"))
     std::cout << fmt::format("  prefill of {} prompt tokens (not counted): {:.4f} s\n",
                              j["prompt_tokens"].get<std::int64_t>(), j["prefill_seconds"].get<double>());
+  if (j.contains("bound_fraction"))
+    std::cout << fmt::format(
+        "  bandwidth bound: {:.1f} MB of weights per step, streamed at {:.1f} GB/s beside the best run -> {:.2f} "
+        "tokens/s; best run at {:.0f}% of its bound, median {:.0f}%\n",
+        j["weight_bytes_per_token"].get<double>() / 1e6, j["bandwidth_gb_s"].get<double>(),
+        j["bound_tokens_per_s"].get<double>(), 100 * j["bound_fraction"].get<double>(),
+        100 * j["median_bound_fraction"].get<double>());
   std::cout << fmt::format("  peak RSS {:.1f} MB; weights {:.1f} MB in the checkpoint, {:.1f} MB on the backend\n",
                            j["peak_rss_mb"].get<double>(), j["weight_bytes"].get<double>() / 1e6,
                            j["backend_weight_bytes"].get<double>() / 1e6);
@@ -244,8 +282,21 @@ int cmd_bench(const Args& args) {
   auto session = open_session(o.common);
   check_model(*session, o);
   run_once(*session, o, true);
+  // Decode is bound by reading the weights once per token. The host's memory bandwidth moves
+  // with its other tenants (45 to 80 GB/s seen here within minutes), so the bound is measured
+  // next to every run: a streaming read of the same bytes before and after it, the faster kept.
+  const bool bound = o.mode == "decode" && o.common.weights == "native";
+  const auto ranges = bound ? decode_weight_ranges(*session) : std::vector<ByteRange>{};
+  const int threads = session->backend().info().threads;
+  double before = bound ? stream_read(ranges, threads) : 0;
   std::vector<RunTime> runs;
-  for (std::int64_t r = 0; r < o.repeat; ++r) runs.push_back(run_once(*session, o, false));
+  for (std::int64_t r = 0; r < o.repeat; ++r) {
+    runs.push_back(run_once(*session, o, false));
+    if (!bound) continue;
+    const double after = stream_read(ranges, threads);
+    runs.back().read_seconds = std::min(before, after);
+    before = after;
+  }
   const auto j = report(*session, o, runs);
   if (o.json) std::cout << j.dump() << "\n";
   else print_text(j);

@@ -74,7 +74,9 @@ TEST_F(Bench, PrefillJsonHasEveryField) {
     const json j = bench_json(qwen_, {"--mode", "prefill", "--tokens", "16", "--batch", "2", "--repeat", "3",
                                       "--backend", backend, "--threads", "1"});
     expect_fields(j, "prefill", 16, 2, backend);
-    if (!j.is_null()) EXPECT_EQ(j["threads"].get<int>(), 1);
+    if (!j.is_null()) {
+      EXPECT_EQ(j["threads"].get<int>(), 1);
+    }
   }
 }
 
@@ -88,14 +90,18 @@ TEST_F(Bench, DecodeJsonHasEveryFieldAndExcludesThePrefill) {
   EXPECT_EQ(j["kv_cache"], true);
   const json slow = bench_json(qwen_, {"--mode", "decode", "--tokens", "8", "--repeat", "1", "--no-kv-cache"});
   expect_fields(slow, "decode", 8, 1, slow.is_null() ? "" : slow["backend"].get<std::string>());
-  if (!slow.is_null()) EXPECT_EQ(slow["kv_cache"], false);
+  if (!slow.is_null()) {
+    EXPECT_EQ(slow["kv_cache"], false);
+  }
 }
 
 TEST_F(Bench, DiffusionStepJsonHasEveryField) {
   const json j = bench_json(dream_, {"--mode", "diffusion-step", "--tokens", "24", "--repeat", "1",
                                      "--backend", "reference"});
   expect_fields(j, "diffusion-step", 24, 1, "reference");
-  if (!j.is_null()) EXPECT_EQ(j["prompt_tokens"].get<std::int64_t>(), 12);  // half the canvas by default
+  if (!j.is_null()) {
+    EXPECT_EQ(j["prompt_tokens"].get<std::int64_t>(), 12);  // half the canvas by default
+  }
 }
 
 TEST_F(Bench, WeightBytesAreTheCheckpointsTensorBytes) {
@@ -104,6 +110,76 @@ TEST_F(Bench, WeightBytesAreTheCheckpointsTensorBytes) {
   // The checkpoint file holds the tensor bytes plus an 8-byte length and the JSON header.
   const auto st = read_safetensors(qwen_ / "model.safetensors");
   EXPECT_EQ(j["weight_bytes"].get<std::uint64_t>(), st.data.size());
+}
+
+// The bytes one decode step reads, from the checkpoint's header: every tensor, except that the
+// LM head is the embedding table when tied (no lm_head.weight read) and an untied embedding
+// table is only gathered one row at a time (not read whole).
+std::uint64_t decode_bytes(const SafetensorsFile& st, bool tied) {
+  std::uint64_t bytes = 0;
+  for (const auto& [name, info] : st.header.items()) {
+    if (name == "__metadata__" || name == (tied ? "lm_head.weight" : "model.embed_tokens.weight")) continue;
+    bytes += info["data_offsets"][1].get<std::uint64_t>() - info["data_offsets"][0].get<std::uint64_t>();
+  }
+  return bytes;
+}
+
+// The decode bound: the fields agree with each other and with the checkpoint's bytes.
+void expect_bound(const json& j, std::uint64_t bytes) {
+  for (const char* f : {"weight_bytes_per_token", "bandwidth_gb_s", "bound_tokens_per_s", "bound_fraction",
+                        "median_bound_fraction"})
+    ASSERT_TRUE(j.contains(f)) << "missing field " << f << " in " << j.dump();
+  EXPECT_EQ(j["weight_bytes_per_token"].get<std::uint64_t>(), bytes);
+  const double bw = j["bandwidth_gb_s"].get<double>(), bound = j["bound_tokens_per_s"].get<double>();
+  EXPECT_GT(bw, 0.0);
+  const double batch = j["batch"].get<double>();
+  EXPECT_NEAR(bound, batch * bw * 1e9 / static_cast<double>(bytes), 1e-6 * bound) << j.dump();
+  EXPECT_NEAR(j["bound_fraction"].get<double>(), j["tokens_per_s"].get<double>() / bound, 1e-6) << j.dump();
+  EXPECT_GT(j["median_bound_fraction"].get<double>(), 0.0);
+}
+
+TEST_F(Bench, DecodeReportsItsBandwidthBoundOverTheWeightsItReads) {
+  const auto st = read_safetensors(qwen_ / "model.safetensors");
+  ASSERT_TRUE(read_json(qwen_ / "config.json")["tie_word_embeddings"].get<bool>());
+  const json j = bench_json(qwen_, {"--mode", "decode", "--tokens", "4", "--prompt-tokens", "4", "--repeat", "2",
+                                    "--backend", "reference", "--batch", "2"});
+  if (!j.is_null()) expect_bound(j, decode_bytes(st, true));
+  // Prefill is compute-bound: no bound reported.
+  const json p = bench_json(qwen_, {"--tokens", "4", "--repeat", "1", "--backend", "reference"});
+  if (!p.is_null()) {
+    EXPECT_FALSE(p.contains("bound_fraction")) << p.dump();
+  }
+}
+
+TEST_F(Bench, DecodeBoundOfAnUntiedModelLeavesTheEmbeddingTableOut) {
+  // The tiny Qwen2 with its own LM head: lm_head.weight = a copy of the embedding table.
+  const fs::path dir = root_ / "untied";
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(qwen_)) fs::copy(e.path(), dir / e.path().filename());
+  auto cfg = read_json(dir / "config.json");
+  cfg["tie_word_embeddings"] = false;
+  write_text(dir / "config.json", cfg.dump(2));
+  auto st = read_safetensors(dir / "model.safetensors");
+  const auto& emb = st.header["model.embed_tokens.weight"];
+  const auto b = emb["data_offsets"][0].get<std::size_t>(), e = emb["data_offsets"][1].get<std::size_t>();
+  st.header["lm_head.weight"] = {{"dtype", emb["dtype"]}, {"shape", emb["shape"]},
+                                 {"data_offsets", {st.data.size(), st.data.size() + (e - b)}}};
+  st.data += st.data.substr(b, e - b);
+  write_safetensors(dir / "model.safetensors", st);
+  const json j = bench_json(dir, {"--mode", "decode", "--tokens", "3", "--prompt-tokens", "4", "--repeat", "1",
+                                  "--backend", "reference"});
+  if (!j.is_null()) expect_bound(j, decode_bytes(st, false));
+}
+
+TEST_F(Bench, DecodeBoundCountsTheBytesAsTheBackendHoldsThem) {
+  // cpu-blas widens bf16 weights to f32 on upload, so a step reads twice the checkpoint's bytes.
+  const fs::path dir = root_ / "bf16";
+  const Outcome made = run({"make-model", "--preset", "tiny", "--dtype", "bf16", "--out", dir.string()});
+  ASSERT_EQ(made.exit_code, 0) << made.describe();
+  const auto st = read_safetensors(dir / "model.safetensors");
+  const json j = bench_json(dir, {"--mode", "decode", "--tokens", "3", "--prompt-tokens", "4", "--repeat", "1",
+                                  "--backend", "cpu-blas"});
+  if (!j.is_null()) expect_bound(j, 2 * decode_bytes(st, true));
 }
 
 TEST_F(Bench, TextOutputNamesTheRate) {
