@@ -16,9 +16,6 @@ constexpr std::int64_t kGemvRows = 32;    // W rows per q8 task
 constexpr std::int64_t kGemvMinRows = 16;        // GEMV rows per task: at least this, a multiple of 8
 constexpr std::int64_t kNc = 64;          // GEMM columns per task at most (a power-of-2 multiple of every nr)
 constexpr std::int64_t kKc = 256;         // GEMM K block: an nr x kKc f32 panel stays in L1/L2
-// Below this many x rows, GEMV (W read once, x rows in groups of 3 from L2-sized row chunks, no
-// packing). Measured (qwen2.5-0.5b bf16, 2 threads): GEMV wins up to M = 128 (+14%), GEMM at 255.
-constexpr std::int64_t kGemmMinRows = 192;
 constexpr std::int64_t kQ8Rows = 16;      // x rows per q8 pass over a task's W rows (they stay in L2)
 
 WType wtype(DType t) { return t == DType::f32 ? WType::f32 : t == DType::f16 ? WType::f16 : WType::bf16; }

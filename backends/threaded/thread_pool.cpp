@@ -14,6 +14,7 @@ constexpr std::chrono::microseconds kSpin{100};
 
 constexpr std::uint64_t kIndexMask = 0xFFFFFFFFu;
 constexpr std::uint64_t kClosed = kIndexMask;  // the index of a finished run: above any task count
+constexpr std::uint64_t kNoJob = ~std::uint64_t{0};  // a job generation no run ever has
 
 // Polls until done() or kSpin has passed; true if done() became true. _mm_pause keeps the poll
 // cheap for the other hyperthread and the memory bus; the clock is read every 64 polls.
@@ -35,6 +36,7 @@ ThreadPool::ThreadPool(int threads) {
 }
 
 ThreadPool::~ThreadPool() {
+  cancel_job();
   stop_.store(true);
   generation_.fetch_add(1);
   generation_.notify_all();
@@ -66,13 +68,56 @@ void ThreadPool::drain(int worker, std::uint64_t generation) {
 void ThreadPool::worker_loop(int worker) {
   std::uint64_t last = 0;  // the run this worker is done with (runs start at generation 1)
   for (;;) {
+    // A posted job counts as work only while polling: the sleep below waits for a new run.
     const auto fresh = [&] { return (claim_.load() >> 32) != last || stop_.load(); };
-    if (!spin_until(fresh))
+    const auto work = [&] { return fresh() || has_job_.load(); };
+    if (!spin_until(work))
       while (!fresh()) generation_.wait(static_cast<std::uint32_t>(last));
     if (stop_.load()) return;
-    last = claim_.load() >> 32;
-    drain(worker, last);
+    if (fresh()) {
+      last = claim_.load() >> 32;
+      drain(worker, last);
+    } else {
+      run_job();
+    }
   }
+}
+
+void ThreadPool::run_job() {
+  std::function<void()> job;
+  {
+    std::lock_guard<std::mutex> lock(job_mu_);
+    if (!has_job_.load()) return;
+    job = std::move(job_);
+    job_ = nullptr;
+    has_job_.store(false);
+    job_running_.store(true);
+  }
+  if (!preempted()) {
+    try {
+      job();
+    } catch (...) {  // a job is a hint (a prefetch): its failure must not take the worker down
+    }
+  }
+  job_running_.store(false);
+}
+
+void ThreadPool::cancel_job() {
+  {
+    std::lock_guard<std::mutex> lock(job_mu_);
+    job_ = nullptr;
+    has_job_.store(false);
+    job_generation_.store(kNoJob);
+  }
+  while (job_running_.load()) _mm_pause();
+}
+
+void ThreadPool::post(std::function<void()> job) {
+  if (workers_.empty()) return;
+  std::lock_guard<std::mutex> lock(job_mu_);
+  job_ = std::move(job);
+  job_generation_.store(claim_.load() >> 32);
+  has_job_.store(true);
 }
 
 void ThreadPool::run(std::int64_t tasks, const Task& fn) {

@@ -38,9 +38,21 @@ class ThreadPool {
   // done and rethrows the first exception a task threw.
   void run(std::int64_t tasks, const Task& fn);
 
+  // Hands `job` to a worker that is polling for work and returns at once: work that may run
+  // while the caller does something serial (the backend prefetches the next weight). At most
+  // one job is pending; a newer one replaces it. A sleeping worker does not wake for it, and a
+  // job whose run has been overtaken by a run() is dropped. The job must return soon after
+  // preempted() turns true, so the next run() has its threads. No-op without workers.
+  void post(std::function<void()> job);
+  bool preempted() const { return (claim_.load() >> 32) != job_generation_.load(); }
+  bool job_busy() const { return has_job_.load() || job_running_.load(); }
+  // Drops a pending job and returns once none is running (what a job reads may go away after).
+  void cancel_job();
+
  private:
   void worker_loop(int worker);
   void drain(int worker, std::uint64_t generation);
+  void run_job();
 
   std::vector<std::thread> workers_;
   // (generation << 32) | index of the next unclaimed task. A task is claimed by a compare-exchange
@@ -54,6 +66,11 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   std::mutex err_mu_;
   std::exception_ptr error_;
+  std::mutex job_mu_;
+  std::function<void()> job_;
+  std::atomic<bool> has_job_{false}, job_running_{false};
+  // The run generation current when job_ was posted; kNoJob after cancel_job() (never current).
+  std::atomic<std::uint64_t> job_generation_{0};
 };
 
 }  // namespace sonde::threaded

@@ -5,6 +5,7 @@
 #include <sonde/log.h>
 
 #include <cstdlib>
+#include <unistd.h>
 #include <thread>
 #include <vector>
 
@@ -15,9 +16,37 @@ std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
 }
+
+// How much of the next weight a worker reads ahead: half the last-level cache (16 MB here), so
+// what it read is still there when the Linear comes. Measured on qwen2.5-0.5b decode, tokens
+// with and without read-ahead alternating in one process: 1 MB saves 0.6 ms per token, 4 MB
+// 0.8 ms, 16 MB 1.0 ms (of 27).
+std::size_t prefetch_limit() {
+  const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? std::min<std::size_t>(static_cast<std::size_t>(l3) / 2, std::size_t{16} << 20) : std::size_t{4} << 20;
+}
+constexpr std::size_t kPrefetchStep = 4096;  // bytes between checks for a preempting run()
+
+// Reads one word per cache line of p[from, to) (demand loads: unlike prefetch hints they are
+// never dropped), stopping early when a run() starts; returns where it stopped.
+std::size_t read_ahead(const unsigned char* p, std::size_t from, std::size_t to, const ThreadPool& pool) {
+  std::uint64_t sink = 0;
+  std::size_t off = from;
+  for (; off < to && !pool.preempted(); off += kPrefetchStep)
+    for (std::size_t l = off; l < std::min(to, off + kPrefetchStep); l += 64)
+      sink += *reinterpret_cast<const volatile unsigned char*>(p + l);
+  static std::atomic<std::uint64_t> keep{0};  // the loads must happen
+  keep.fetch_add(sink, std::memory_order_relaxed);
+  return std::min(off, to);
+}
 }  // namespace
 
 ThreadedBackend::ThreadedBackend() : pool_(std::make_unique<ThreadPool>(1)), kernels_(&select_kernels("")) {}
+
+// A read-ahead job uses prefetch_ and prefetched_: it must be over before they go.
+ThreadedBackend::~ThreadedBackend() { pool_->cancel_job(); }
+
+void ThreadedBackend::sync() { pool_->cancel_job(); }
 
 // threads 0: all hardware threads. SONDE_THREADED_ISA forces an ISA (tests compare every path).
 void ThreadedBackend::init(const BackendOptions& options) {
@@ -27,7 +56,10 @@ void ThreadedBackend::init(const BackendOptions& options) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = options.threads > 0 ? options.threads : hw;
   kernels_ = &select_kernels(env("SONDE_THREADED_ISA"));
-  if (threads != pool_->size()) pool_ = std::make_unique<ThreadPool>(threads);
+  if (threads != pool_->size()) {
+    pool_->cancel_job();
+    pool_ = std::make_unique<ThreadPool>(threads);
+  }
   q8_ = options.weights == "q8";
   spdlog::debug("backend threaded: ISA {}, {} threads, weights {}", kernels_->name, threads, options.weights);
 }
@@ -48,6 +80,9 @@ bool ThreadedBackend::supports(const Node& node, std::span<const DType> input_dt
 TensorView ThreadedBackend::upload(const std::string& name, const TensorView& src, Split) {
   if (auto it = weights_.find(name); it != weights_.end()) quantised_.erase(it->second.data);
   quantised_.erase(src.data);
+  pool_->cancel_job();
+  next_linear_.clear();  // pointers may be reused by the new weight
+  last_linear_ = nullptr;
   weights_[name] = src;
   if (q8_ && src.shape.rank == 2 && ops::is_float16_32(src.dtype) && src.contiguous() && src.shape[1] > 0)
     quantised_[src.data] = quantize_weight(src, *kernels_, *pool_);
@@ -84,18 +119,51 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
     }
   }
   const Ctx c{*pool_, *kernels_};
+  if (node.op == OpKind::Linear) learn_linear(in[1]);
   switch (node.op) {
-    case OpKind::Embedding: return embedding(c, node, in, out);
-    case OpKind::RmsNorm: return rms_norm(c, node, in, out);
-    case OpKind::Linear: return linear(c, node, in, out, q8_ ? q8_for(in[1]) : nullptr);
+    case OpKind::Embedding: embedding(c, node, in, out); break;
+    case OpKind::RmsNorm: rms_norm(c, node, in, out); break;
+    case OpKind::Linear: linear(c, node, in, out, q8_ ? q8_for(in[1]) : nullptr); break;
     case OpKind::Reshape:
-    case OpKind::Concat: return copy_op(node, in, out);
-    case OpKind::Rope: return rope(c, node, in, out);
-    case OpKind::Attention: return attention(c, node, in, out);
-    case OpKind::Add: return add(c, node, in, out);
-    case OpKind::SiluMul: return silu_mul(c, node, in, out);
+    case OpKind::Concat: copy_op(node, in, out); break;
+    case OpKind::Rope: rope(c, node, in, out); break;
+    case OpKind::Attention: attention(c, node, in, out); break;
+    case OpKind::Add: add(c, node, in, out); break;
+    case OpKind::SiluMul: silu_mul(c, node, in, out); break;
     default: ops::fail(node, "threaded does not run this op");
   }
+  // Only a Linear that streams its weight (few rows: decode) starts a read-ahead; the ops after
+  // it continue the one in progress.
+  const bool streams = node.op == OpKind::Linear && out.shape.rank >= 1 &&
+                       out.numel() / std::max<std::int64_t>(1, out.shape[out.shape.rank - 1]) < kGemmMinRows;
+  prefetch_next(streams, in.size() > 1 ? in[1] : TensorView());
+}
+
+// The bytes a Linear with this weight reads: its q8 copy when there is one, else the view.
+ThreadedBackend::Bytes ThreadedBackend::streamed_bytes(const TensorView& w) const {
+  if (const Q8Weight* q = q8_ ? q8_for(w) : nullptr)
+    return {reinterpret_cast<const unsigned char*>(q->q.data()), q->q.size()};
+  return {static_cast<const unsigned char*>(w.data), static_cast<std::size_t>(w.nbytes())};
+}
+
+void ThreadedBackend::learn_linear(const TensorView& w) {
+  if (last_linear_ && last_linear_ != w.data) next_linear_[last_linear_] = streamed_bytes(w);
+  last_linear_ = w.data;
+}
+
+void ThreadedBackend::prefetch_next(bool start, const TensorView& after) {
+  if (start) {
+    auto it = next_linear_.find(after.data);
+    if (it == next_linear_.end()) return;
+    pool_->cancel_job();  // the previous read-ahead, if any, is over: its weight was just used
+    prefetch_ = it->second;
+    prefetched_.store(0);
+  }
+  static const std::size_t limit = prefetch_limit();
+  const std::size_t from = prefetched_.load(), to = std::min(prefetch_.size, limit);
+  if (!prefetch_.data || from >= to || pool_->job_busy()) return;
+  const Bytes target = prefetch_;
+  pool_->post([this, target, from, to] { prefetched_.store(read_ahead(target.data, from, to, *pool_)); });
 }
 
 }  // namespace sonde::threaded

@@ -8,24 +8,35 @@
 
 #include <sonde/backend.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 namespace sonde::threaded {
 
 class ThreadedBackend final : public Backend {
  public:
   ThreadedBackend();
+  ~ThreadedBackend() override;
   void init(const BackendOptions& options) override;
   BackendInfo info() const override;
   bool supports(const Node& node, std::span<const DType> input_dtypes) const override;
   TensorView upload(const std::string& name, const TensorView& src, Split split) override;
   TensorView weight(const std::string& name) const override;
   void run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) override;
+  void sync() override;
 
  private:
+  struct Bytes {
+    const unsigned char* data = nullptr;
+    std::size_t size = 0;
+  };
   const Q8Weight* q8_for(const TensorView& w) const;
+  Bytes streamed_bytes(const TensorView& w) const;
+  void learn_linear(const TensorView& w);
+  void prefetch_next(bool start, const TensorView& after);
 
   std::unique_ptr<ThreadPool> pool_;
   const Kernels* kernels_ = nullptr;
@@ -34,6 +45,14 @@ class ThreadedBackend final : public Backend {
   std::map<std::string, TensorView> weights_;
   // q8 mode: quantised 2-D weights, found by their source view's data pointer when a Linear runs.
   std::map<const void*, Q8Weight> quantised_;
+  // Decode runs the same Linear weights in the same order every step, with serial work (norms,
+  // attention, the executor) between them that leaves the memory bus idle. The weight that
+  // followed each Linear last time is read ahead by an idle worker during that work (pool post),
+  // from where it stopped, up to half the L3; a run() preempts it, sync() ends it.
+  std::unordered_map<const void*, Bytes> next_linear_;  // by the weight view's data pointer
+  const void* last_linear_ = nullptr;
+  Bytes prefetch_;
+  std::atomic<std::size_t> prefetched_{0};  // bytes of prefetch_ read so far
 };
 
 }  // namespace sonde::threaded

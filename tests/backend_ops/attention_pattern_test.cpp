@@ -44,7 +44,9 @@ TEST(AttentionPattern, CausalRowsSumToOneOverVisibleKeysAndMaskedSlotsAreZero) {
       double sum = 0;
       for (std::int64_t u = 0; u < T; ++u) {
         const float x = p[static_cast<std::size_t>((t * nh + h) * T + u)];
-        if (u > t || !mask[static_cast<std::size_t>(u)] || !mask[static_cast<std::size_t>(t)]) EXPECT_EQ(x, 0.0f);
+        if (u > t || !mask[static_cast<std::size_t>(u)] || !mask[static_cast<std::size_t>(t)]) {
+          EXPECT_EQ(x, 0.0f);
+        }
         sum += x;
       }
       EXPECT_NEAR(sum, t == 0 ? 0.0 : 1.0, 1e-6) << "row " << t << " head " << h;  // row 0 is padding

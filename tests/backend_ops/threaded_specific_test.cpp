@@ -179,7 +179,9 @@ TEST(Threaded, DeterministicForAFixedThreadCount) {
       const std::size_t n = outs[0].view().nbytes();
       EXPECT_EQ(std::memcmp(outs[0].view().data, outs[1].view().data, n), 0) << "1 thread, two runs";
       EXPECT_EQ(std::memcmp(outs[2].view().data, outs[3].view().data, n), 0) << "2 threads, two runs";
-      if (node.op == OpKind::Linear) EXPECT_EQ(std::memcmp(outs[0].view().data, outs[2].view().data, n), 0) << "1 vs 2 threads";
+      if (node.op == OpKind::Linear) {
+        EXPECT_EQ(std::memcmp(outs[0].view().data, outs[2].view().data, n), 0) << "1 vs 2 threads";
+      }
     }
 }
 
