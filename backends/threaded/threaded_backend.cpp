@@ -25,7 +25,9 @@ std::size_t prefetch_limit() {
   const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
   return l3 > 0 ? std::min<std::size_t>(static_cast<std::size_t>(l3) / 2, std::size_t{16} << 20) : std::size_t{4} << 20;
 }
-constexpr std::size_t kPrefetchStep = 4096;  // bytes between checks for a preempting run()
+constexpr std::size_t kPrefetchStep = 4096;
+// Smaller weights stay in the caches from one step to the next: reading them ahead only costs.
+constexpr std::size_t kMinReadAhead = std::size_t{256} << 10;  // bytes between checks for a preempting run()
 
 // Reads one word per cache line of p[from, to) (demand loads: unlike prefetch hints they are
 // never dropped), stopping early when a run() starts; returns where it stopped.
@@ -153,10 +155,10 @@ void ThreadedBackend::learn_linear(const TensorView& w) {
 
 void ThreadedBackend::prefetch_next(bool start, const TensorView& after) {
   if (start) {
+    // The previous read-ahead's weight was just used; a job still running owns prefetched_.
+    if (pool_->job_busy()) pool_->cancel_job();
     auto it = next_linear_.find(after.data);
-    if (it == next_linear_.end()) return;
-    pool_->cancel_job();  // the previous read-ahead, if any, is over: its weight was just used
-    prefetch_ = it->second;
+    prefetch_ = it == next_linear_.end() || it->second.size < kMinReadAhead ? Bytes{} : it->second;
     prefetched_.store(0);
   }
   static const std::size_t limit = prefetch_limit();
