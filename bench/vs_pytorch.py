@@ -251,7 +251,7 @@ def run(a, sonde, model):
               f"{s_dec['bandwidth_gb_s']:.1f} GB/s beside the best run; median run at "
               f"{s_dec['median_bound_fraction'] * 100:.0f}% of its bound)")
     else:
-        print("(no decode bound: sonde bench reports one only for --weights native)")
+        print("(no decode bound in sonde bench's output)")
 
     if a.no_gemm:
         return

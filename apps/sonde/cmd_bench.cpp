@@ -156,27 +156,28 @@ void check_model(const Session& s, const BenchOptions& o) {
               cfg.dir.string());
 }
 
-// Bytes of the weights as the backend holds them (cpu-blas widens bf16 to f32 on upload).
+// Bytes of the weights as the backend holds them (cpu-blas widens bf16 to f32 on upload; the
+// threaded backend's q8 copies replace the Linear weights they quantise).
 std::uint64_t backend_weight_bytes(Session& s) {
   std::uint64_t bytes = 0;
   s.weights().visit([&](const WeightInfo& w) {
     try {
-      bytes += s.backend().weight(w.name).nbytes();
+      for (const auto& part : s.backend().weight_storage(w.name)) bytes += part.size();
     } catch (const Error&) {  // a tensor the model does not read (e.g. a tied lm_head)
     }
   });
   return bytes;
 }
 
-// What one decode step reads of the weights, as the backend holds them: every weight, except
+// What one decode step reads of the weights, as the backend holds them (its q8 copies under
+// --weights q8): every weight, except
 // that an embedding table the LM head does not share is read one row per token (so not counted).
 std::vector<ByteRange> decode_weight_ranges(Session& s) {
   std::vector<ByteRange> ranges;
   s.weights().visit([&](const WeightInfo& w) {
     if (w.name == "model.embed_tokens.weight" && !s.config().tie_word_embeddings) return;
     try {
-      const TensorView v = s.backend().weight(w.name);
-      ranges.push_back({v.data, static_cast<std::size_t>(v.nbytes())});
+      for (const auto& part : s.backend().weight_storage(w.name)) ranges.push_back({part.data(), part.size()});
     } catch (const Error&) {  // a tensor the model does not read (e.g. a tied lm_head)
     }
   });
@@ -285,7 +286,7 @@ int cmd_bench(const Args& args) {
   // Decode is bound by reading the weights once per token. The host's memory bandwidth moves
   // with its other tenants (45 to 80 GB/s seen here within minutes), so the bound is measured
   // next to every run: a streaming read of the same bytes before and after it, the faster kept.
-  const bool bound = o.mode == "decode" && o.common.weights == "native";
+  const bool bound = o.mode == "decode";
   const auto ranges = bound ? decode_weight_ranges(*session) : std::vector<ByteRange>{};
   const int threads = session->backend().info().threads;
   double before = bound ? stream_read(ranges, threads) : 0;

@@ -97,6 +97,17 @@ TensorView ThreadedBackend::weight(const std::string& name) const {
   return it->second;
 }
 
+// Under q8 a Linear reads the int8 blocks, their scales and block sums, not the source view.
+std::vector<std::span<const std::byte>> ThreadedBackend::weight_storage(const std::string& name) const {
+  const TensorView v = weight(name);
+  const Q8Weight* q = q8_ ? q8_for(v) : nullptr;
+  if (!q) return Backend::weight_storage(name);
+  const auto bytes = [](const auto& vec) {
+    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(vec.data()), vec.size() * sizeof(vec[0]));
+  };
+  return {bytes(q->q), bytes(q->scale), bytes(q->wsum)};
+}
+
 const Q8Weight* ThreadedBackend::q8_for(const TensorView& w) const {
   auto it = quantised_.find(w.data);
   if (it == quantised_.end() || it->second.N != w.shape[0] || it->second.K != w.shape[1]) return nullptr;

@@ -25,6 +25,7 @@ class ThreadedBackend final : public Backend {
   bool supports(const Node& node, std::span<const DType> input_dtypes) const override;
   TensorView upload(const std::string& name, const TensorView& src, Split split) override;
   TensorView weight(const std::string& name) const override;
+  std::vector<std::span<const std::byte>> weight_storage(const std::string& name) const override;
   void run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) override;
   void sync() override;
 

@@ -182,6 +182,29 @@ TEST_F(Bench, DecodeBoundCountsTheBytesAsTheBackendHoldsThem) {
   if (!j.is_null()) expect_bound(j, 2 * decode_bytes(st, true));
 }
 
+TEST_F(Bench, Q8DecodeBoundCountsTheInt8BlocksTheBackendReads) {
+  // Under --weights q8 the threaded backend reads, for every 2-D weight [N, K], N x kp int8
+  // values plus one f32 scale and one i32 block sum per 32-value block (kp = K rounded up to
+  // 32: backends/threaded/q8.h); 1-D weights (norms, biases) are read as stored (f32 here).
+  const auto st = read_safetensors(qwen_ / "model.safetensors");
+  std::uint64_t bytes = 0;
+  for (const auto& [name, info] : st.header.items()) {
+    if (name == "__metadata__" || name == "lm_head.weight") continue;  // tied: the table is the head
+    const auto& shape = info["shape"];
+    if (shape.size() == 2) {
+      const std::uint64_t N = shape[0].get<std::uint64_t>(), K = shape[1].get<std::uint64_t>(), kp = (K + 31) / 32 * 32;
+      bytes += N * kp + N * (kp / 32) * 8;
+    } else {
+      bytes += info["data_offsets"][1].get<std::uint64_t>() - info["data_offsets"][0].get<std::uint64_t>();
+    }
+  }
+  const json j = bench_json(qwen_, {"--mode", "decode", "--tokens", "3", "--prompt-tokens", "4", "--repeat", "1",
+                                    "--backend", "threaded", "--weights", "q8"});
+  if (j.is_null()) return;
+  expect_bound(j, bytes);
+  EXPECT_EQ(j["backend_weight_bytes"].get<std::uint64_t>(), bytes) << j.dump();
+}
+
 TEST_F(Bench, TextOutputNamesTheRate) {
   const Outcome o = run({"bench", "--model", qwen_.string(), "--tokens", "4", "--repeat", "1"});
   ASSERT_EQ(o.exit_code, 0) << o.describe();

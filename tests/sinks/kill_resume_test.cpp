@@ -135,8 +135,11 @@ CommitMark resume_and_check(const Child& c, const std::string& reference) {
   EXPECT_EQ(m.results_bytes, expected_results(m.prompts).size());
   EXPECT_EQ(slurp(c.results).substr(0, m.results_bytes), expected_results(m.prompts));
   const RawFile got = read_all(c.path), want = read_all(reference);
-  for (const auto& [name, g] : got)
-    if (name.rfind("/progress", 0) != 0) EXPECT_TRUE(want.count(name) && is_row_prefix(g, want.at(name))) << name;
+  for (const auto& [name, g] : got) {
+    if (name.rfind("/progress", 0) != 0) {
+      EXPECT_TRUE(want.count(name) && is_row_prefix(g, want.at(name))) << name;
+    }
+  }
   EXPECT_EQ(rows_of(got.at("/rows/pos")), static_cast<hsize_t>(m.rows));
   EXPECT_EQ(rows_of(got.at("/acts/blocks.0.hook_resid_post")), static_cast<hsize_t>(m.rows));
   EXPECT_EQ(rows_of(got.at("/prompts/seed")), static_cast<hsize_t>(m.prompts));

@@ -5,8 +5,10 @@
 #include <sonde/plugin.h>
 #include <sonde/tensor.h>
 
+#include <cstddef>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace sonde {
 
@@ -42,6 +44,13 @@ class Backend : public Plugin {
   // stays valid while the backend lives and is what Weight nodes resolve to.
   virtual TensorView upload(const std::string& name, const TensorView& src, Split split) = 0;
   virtual TensorView weight(const std::string& name) const = 0;  // throws when unknown
+  // The memory a node reading this weight streams, as the backend holds it: the view by
+  // default; a backend that reads its own copy instead (int8 blocks and scales under q8) names
+  // that. `sonde bench` counts and reads these bytes for the decode bound. Throws when unknown.
+  virtual std::vector<std::span<const std::byte>> weight_storage(const std::string& name) const {
+    const TensorView v = weight(name);
+    return {{static_cast<const std::byte*>(v.data), static_cast<std::size_t>(v.nbytes())}};
+  }
   // Output buffers are allocated by the executor (host memory, contiguous).
   virtual void run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) = 0;
   virtual void sync() {}
