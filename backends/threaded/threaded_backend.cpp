@@ -25,9 +25,9 @@ std::size_t prefetch_limit() {
   const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
   return l3 > 0 ? std::min<std::size_t>(static_cast<std::size_t>(l3) / 2, std::size_t{16} << 20) : std::size_t{4} << 20;
 }
-constexpr std::size_t kPrefetchStep = 4096;
+constexpr std::size_t kPrefetchStep = 4096;  // bytes between checks for a preempting run()
 // Smaller weights stay in the caches from one step to the next: reading them ahead only costs.
-constexpr std::size_t kMinReadAhead = std::size_t{256} << 10;  // bytes between checks for a preempting run()
+constexpr std::size_t kMinReadAhead = std::size_t{256} << 10;
 
 // Reads one word per cache line of p[from, to) (demand loads: unlike prefetch hints they are
 // never dropped), stopping early when a run() starts; returns where it stopped.
