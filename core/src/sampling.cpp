@@ -8,6 +8,10 @@
 #include <numeric>
 #include <unordered_set>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 namespace sonde {
 namespace {
 
@@ -46,12 +50,32 @@ double counter_uniform(std::uint64_t seed, std::uint64_t step, std::uint64_t slo
   return static_cast<double>(h >> 11) * 0x1.0p-53;  // 53 random bits -> [0, 1)
 }
 
+// The first index of the maximum, NaNs never winning (a NaN at index 0 wins by default): what
+// `if (l[i] > l[best]) best = i` gives. Greedy decoding runs it over the whole vocabulary every
+// step (152k logits: 100-140 us that way), so it is two passes that vectorise: the maximum, with
+// four SSE accumulators (maxps(v, m) keeps m when v is NaN), then the first index holding it.
 std::int32_t argmax_first(std::span<const float> logits) {
   if (logits.empty()) runtime_error("argmax over an empty row");
-  std::size_t best = 0;
-  for (std::size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best]) best = i;  // strict: the first maximum wins
-  return static_cast<std::int32_t>(best);
+  const std::size_t n = logits.size();
+  if (std::isnan(logits[0])) return 0;
+  float m = logits[0];
+  std::size_t i = 1;
+#if defined(__SSE2__)
+  __m128 m0 = _mm_set1_ps(m), m1 = m0, m2 = m0, m3 = m0;
+  for (; i + 16 <= n; i += 16) {
+    m0 = _mm_max_ps(_mm_loadu_ps(&logits[i]), m0);
+    m1 = _mm_max_ps(_mm_loadu_ps(&logits[i + 4]), m1);
+    m2 = _mm_max_ps(_mm_loadu_ps(&logits[i + 8]), m2);
+    m3 = _mm_max_ps(_mm_loadu_ps(&logits[i + 12]), m3);
+  }
+  alignas(16) float lanes[4];
+  _mm_store_ps(lanes, _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3)));
+  for (float x : lanes) m = x > m ? x : m;
+#endif
+  for (; i < n; ++i) m = logits[i] > m ? logits[i] : m;
+  for (std::size_t j = 0; j < n; ++j)
+    if (logits[j] == m) return static_cast<std::int32_t>(j);
+  return 0;  // not reached: m is one of the values
 }
 
 std::vector<double> softmax(std::span<const float> logits) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <random>
 #include <vector>
 
 namespace sonde {
@@ -26,6 +27,33 @@ std::vector<float> log_probs(std::vector<double> p) {
 TEST(Sampling, ArgmaxTakesTheFirstMaximum) {
   const std::vector<float> l{1, 3, 3, 2};
   EXPECT_EQ(argmax_first(l), 1);
+}
+
+// argmax_first is vectorised; its definition is this loop: the first strict maximum, NaNs
+// never winning unless at index 0.
+std::int32_t first_max_by_loop(const std::vector<float>& l) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < l.size(); ++i)
+    if (l[i] > l[best]) best = i;
+  return static_cast<std::int32_t>(best);
+}
+
+TEST(Sampling, ArgmaxMatchesItsDefinitionWithTiesNansAndInfinities) {
+  std::mt19937 gen(7);
+  const float specials[] = {std::nanf(""), kInf, -kInf, 0.0f, -0.0f, 3.0f};
+  for (std::size_t n : {1u, 2u, 3u, 15u, 16u, 17u, 33u, 64u, 151936u}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> l(n);
+      // Few distinct values, so ties are common; some specials at random places.
+      for (auto& x : l) x = static_cast<float>(static_cast<int>(gen() % 7)) - 3.0f;
+      for (int k = 0; k < trial % 5; ++k) l[gen() % n] = specials[gen() % 6];
+      EXPECT_EQ(argmax_first(l), first_max_by_loop(l)) << "n " << n << " trial " << trial;
+    }
+  }
+  const std::vector<float> nan_first{std::nanf(""), 5, 9};
+  EXPECT_EQ(argmax_first(nan_first), 0);
+  const std::vector<float> zeros{-1, -0.0f, 0.0f, -2};
+  EXPECT_EQ(argmax_first(zeros), 1);
 }
 
 TEST(Sampling, CounterUniformIsAPureFunctionOfItsCounters) {
