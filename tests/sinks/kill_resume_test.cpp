@@ -67,13 +67,6 @@ std::pair<int, double> run_through(const Child& c, bool resume) {
   return {code, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }
 
-int kill_after(const Child& c, bool resume, double seconds) {
-  const pid_t pid = spawn(c, resume);
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  ::kill(pid, SIGKILL);
-  return wait_for(pid);
-}
-
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;
@@ -87,16 +80,38 @@ std::string expected_results(std::int64_t prompts) {
   return s;
 }
 
+// Spawns the child and SIGKILLs it once `fraction` of the results still to come have been
+// appended (one line per prompt), then `jitter` more, so the kill lands anywhere in the
+// write/checkpoint cycle. Kill points follow the child's progress, not a clock: a reference run
+// timed under one load and a child run under another (ctest runs tests side by side) could
+// otherwise finish before any kill. Returns the exit code (0 if the child finished first).
+int kill_during(const Child& c, bool resume, double fraction, std::chrono::microseconds jitter) {
+  const auto total = static_cast<double>(expected_results(kPrompts).size());
+  std::error_code ec;
+  const auto before = static_cast<double>(std::filesystem::exists(c.results) ? std::filesystem::file_size(c.results, ec) : 0);
+  const auto target = static_cast<std::uintmax_t>(before + fraction * std::max(0.0, total - before));
+  const pid_t pid = spawn(c, resume);
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    const auto size = std::filesystem::file_size(c.results, ec);
+    if (!ec && size >= target) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  std::this_thread::sleep_for(jitter);
+  ::kill(pid, SIGKILL);
+  return wait_for(pid);
+}
+
 std::int64_t rows_before(std::int64_t prompts) {
   std::int64_t rows = 0;
   for (std::int64_t p = 0; p < prompts; ++p) rows += static_cast<std::int64_t>(stream_prompt(p).rows.size());
   return rows;
 }
 
-// The uninterrupted run, made once per storage/diffusion choice, and how long it takes.
+// The uninterrupted run, made once per storage/diffusion choice.
 struct Reference {
   std::string path;
-  double seconds = 0;
 };
 
 const Reference& reference_for(DType storage, bool diffusion) {
@@ -112,9 +127,9 @@ const Reference& reference_for(DType storage, bool diffusion) {
   c.results = c.path + ".jsonl";
   std::filesystem::remove(c.path);
   std::filesystem::remove(c.results);
-  const auto [code, seconds] = run_through(c, false);
+  const int code = run_through(c, false).first;
   if (code != 0) throw std::runtime_error("the reference run failed with " + std::to_string(code));
-  ref = {c.path, seconds};
+  ref = {c.path};
   return ref;
 }
 
@@ -164,8 +179,11 @@ TEST_P(KillAndResume, EveryResumeIsAPrefixAndTheEndEqualsAnUninterruptedRun) {
   c.path = (dir / "run.h5").string();
   c.results = (dir / "results.jsonl").string();
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> when(0.02 * ref.seconds, 0.6 * ref.seconds);
-  int code = kill_after(c, false, when(rng));
+  std::uniform_real_distribution<double> when(0.02, 0.6);  // of the prompts left
+  // Up to one checkpoint interval of pace past the progress point.
+  std::uniform_int_distribution<int> jitter(0, static_cast<int>(c.every) * c.pace_us);
+  const auto kill = [&](bool resume) { return kill_during(c, resume, when(rng), std::chrono::microseconds(jitter(rng))); };
+  int code = kill(false);
   std::string codes = std::to_string(code);
   int kills = code == -SIGKILL;
   std::int64_t last = 0;
@@ -176,7 +194,7 @@ TEST_P(KillAndResume, EveryResumeIsAPrefixAndTheEndEqualsAnUninterruptedRun) {
       EXPECT_GE(m.prompts, last) << "a resume lost committed prompts";
       last = m.prompts;
     }
-    code = attempt < 4 ? kill_after(c, true, when(rng)) : wait_for(spawn(c, true));
+    code = attempt < 4 ? kill(true) : wait_for(spawn(c, true));
     kills += code == -SIGKILL;
     codes += " " + std::to_string(code);
   }
@@ -204,11 +222,7 @@ TEST(KillBeforeFirstCheckpoint, ResumesFromZeroAndFinishesLikeAnUninterruptedRun
   c.every = kPrompts + 1;  // only the final checkpoint
   c.path = (dir / "run.h5").string();
   c.results = (dir / "results.jsonl").string();
-  const pid_t pid = spawn(c, false);
-  while (!std::filesystem::exists(c.path)) std::this_thread::yield();  // the file is in place: open() returned
-  std::this_thread::sleep_for(std::chrono::duration<double>(ref.seconds * 0.3));
-  ::kill(pid, SIGKILL);
-  ASSERT_EQ(wait_for(pid), -SIGKILL) << "the child finished before the kill; the reference run is too fast";
+  ASSERT_EQ(kill_during(c, false, 0.3, std::chrono::microseconds(0)), -SIGKILL) << "the child finished before the kill";
   EXPECT_EQ(resume_and_check(c, ref.path).prompts, 0);
   c.every = 7;
   ASSERT_EQ(run_through(c, true).first, 0);
@@ -273,11 +287,7 @@ TEST(StockH5pyAfterKill, ReadsTheCommittedPrefixAfterH5clearAndTheResumedFileWho
   c.diffusion = true;
   c.path = (dir / "run.h5").string();
   c.results = (dir / "results.jsonl").string();
-  const pid_t pid = spawn(c, false);
-  while (!std::filesystem::exists(c.path)) std::this_thread::yield();
-  std::this_thread::sleep_for(std::chrono::duration<double>(ref.seconds * 0.5));
-  ::kill(pid, SIGKILL);
-  ASSERT_EQ(wait_for(pid), -SIGKILL);
+  ASSERT_EQ(kill_during(c, false, 0.5, std::chrono::microseconds(0)), -SIGKILL);
   // A killed file, not resumed: readable by stock tools once h5clear repaired it (documented).
   const auto killed = (dir / "killed-copy.h5").string();
   std::filesystem::copy_file(c.path, killed);
