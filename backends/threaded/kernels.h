@@ -49,6 +49,14 @@ struct Kernels {
   void (*q8_quantize)(const float* x, std::int64_t K, std::int64_t kp, std::int8_t* q, float* scale);
   float (*dot)(const float* a, const float* b, std::int64_t n);  // sum a[i] b[i]
   void (*axpy)(float a, const float* x, float* y, std::int64_t n);  // y += a x
+  // Attention over a block of keys, one call instead of one per key (decode at long context is
+  // mostly these): s[u] = dot(q, k + u ks, d) for u < n, each exactly as dot computes it; and
+  // acc[j] += p[u] v[u vs + j] for u = 0, 1, ... n-1 in turn, each term as axpy adds it.
+  void (*dots)(const float* q, const float* k, std::int64_t ks, std::int64_t n, std::int64_t d, float* s);
+  void (*axpys)(const float* p, const float* v, std::int64_t vs, std::int64_t n, std::int64_t d, float* acc);
+  // s[u] = e^(s[u] - m), or 0 where s[u] = -inf (a forbidden key), for u < n; returns their sum
+  // in index order. m is finite.
+  float (*exp_block)(float* s, std::int64_t n, float m);
   void (*scale)(float a, float* y, std::int64_t n);                 // y *= a
   void (*silu_mul)(const float* g, const float* u, float* y, std::int64_t n);  // y = g / (1 + e^-g) * u
   void (*add)(const float* a, const float* b, float* y, std::int64_t n);

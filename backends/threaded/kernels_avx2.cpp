@@ -147,6 +147,23 @@ void axpy(float a, const float* x, float* y, i64 n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+void dots(const float* q, const float* k, i64 ks, i64 n, i64 d, float* s) {
+  for (i64 u = 0; u < n; ++u) s[u] = dot(q, k + u * ks, d);
+}
+
+void axpys(const float* p, const float* v, i64 vs, i64 n, i64 d, float* acc) {
+  for (i64 u = 0; u < n; ++u) axpy(p[u], v + u * vs, acc, d);
+}
+
+float exp_block(float* s, i64 n, float m) {
+  float sum = 0;
+  for (i64 u = 0; u < n; ++u) {
+    s[u] = s[u] == -__builtin_inff() ? 0.0f : __builtin_expf(s[u] - m);
+    sum += s[u];
+  }
+  return sum;
+}
+
 void scale(float a, float* y, i64 n) {
   for (i64 i = 0; i < n; ++i) y[i] *= a;
 }
@@ -162,7 +179,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx2() {
-  static const Kernels k{"avx2", kMr, kNr, gemv_avx2, pack, micro, q8_gemv, q8_quantize, dot, axpy, scale, silu_mul, add};
+  static const Kernels k{"avx2", kMr, kNr, gemv_avx2, pack, micro, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
   return k;
 }
 

@@ -196,6 +196,35 @@ void axpy(float a, const float* x, float* y, i64 n) {
   }
 }
 
+void dots(const float* q, const float* k, i64 ks, i64 n, i64 d, float* s) {
+  for (i64 u = 0; u < n; ++u) s[u] = dot(q, k + u * ks, d);
+}
+
+// Up to 64 columns of acc stay in four registers across the keys (the FMAs are axpy's, in the
+// same order); wider heads go through axpy key by key.
+void axpys(const float* p, const float* v, i64 vs, i64 n, i64 d, float* acc) {
+  if (d > 64) {
+    for (i64 u = 0; u < n; ++u) axpy(p[u], v + u * vs, acc, d);
+    return;
+  }
+  const auto upto = [](i64 c) { return c <= 0 ? __mmask16(0) : lanes(c); };  // lanes() needs c > 0
+  const __mmask16 m0 = upto(d), m1 = upto(d - 16), m2 = upto(d - 32), m3 = upto(d - 48);
+  __m512 a0 = _mm512_maskz_loadu_ps(m0, acc), a1 = _mm512_maskz_loadu_ps(m1, acc + 16);
+  __m512 a2 = _mm512_maskz_loadu_ps(m2, acc + 32), a3 = _mm512_maskz_loadu_ps(m3, acc + 48);
+  for (i64 u = 0; u < n; ++u) {
+    const __m512 pu = _mm512_set1_ps(p[u]);
+    const float* x = v + u * vs;
+    a0 = _mm512_fmadd_ps(pu, _mm512_maskz_loadu_ps(m0, x), a0);
+    a1 = _mm512_fmadd_ps(pu, _mm512_maskz_loadu_ps(m1, x + 16), a1);
+    a2 = _mm512_fmadd_ps(pu, _mm512_maskz_loadu_ps(m2, x + 32), a2);
+    a3 = _mm512_fmadd_ps(pu, _mm512_maskz_loadu_ps(m3, x + 48), a3);
+  }
+  _mm512_mask_storeu_ps(acc, m0, a0);
+  _mm512_mask_storeu_ps(acc + 16, m1, a1);
+  _mm512_mask_storeu_ps(acc + 32, m2, a2);
+  _mm512_mask_storeu_ps(acc + 48, m3, a3);
+}
+
 void scale(float a, float* y, i64 n) {
   const __m512 av = _mm512_set1_ps(a);
   for (i64 i = 0; i < n; i += 16) {
@@ -222,6 +251,20 @@ inline __m512 exp512(__m512 v) {
   return _mm512_scalef_ps(p, n);
 }
 
+// exp512 (above) on 16 keys at a time; forbidden keys (-inf) give 0 without being evaluated.
+float exp_block(float* s, i64 n, float m) {
+  const __m512 mv = _mm512_set1_ps(m), none = _mm512_set1_ps(-__builtin_inff());
+  for (i64 i = 0; i < n; i += 16) {
+    const __mmask16 k = lanes(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(k, s + i);
+    const __mmask16 ok = _mm512_mask_cmp_ps_mask(k, v, none, _CMP_NEQ_OQ);
+    _mm512_mask_storeu_ps(s + i, k, _mm512_maskz_mov_ps(ok, exp512(_mm512_sub_ps(v, mv))));
+  }
+  float sum = 0;
+  for (i64 u = 0; u < n; ++u) sum += s[u];
+  return sum;
+}
+
 void silu_mul(const float* g, const float* u, float* y, i64 n) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (i64 i = 0; i < n; i += 16) {
@@ -243,7 +286,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx512() {
-  static const Kernels k{"avx512", kMr, kNr, gemv_avx512, pack, micro, q8_gemv, q8_quantize, dot, axpy, scale, silu_mul, add};
+  static const Kernels k{"avx512", kMr, kNr, gemv_avx512, pack, micro, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
   return k;
 }
 

@@ -86,6 +86,23 @@ void axpy(float a, const float* x, float* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+void dots(const float* q, const float* k, std::int64_t ks, std::int64_t n, std::int64_t d, float* s) {
+  for (std::int64_t u = 0; u < n; ++u) s[u] = dot(q, k + u * ks, d);
+}
+
+void axpys(const float* p, const float* v, std::int64_t vs, std::int64_t n, std::int64_t d, float* acc) {
+  for (std::int64_t u = 0; u < n; ++u) axpy(p[u], v + u * vs, acc, d);
+}
+
+float exp_block(float* s, std::int64_t n, float m) {
+  float sum = 0;
+  for (std::int64_t u = 0; u < n; ++u) {
+    s[u] = s[u] == -__builtin_inff() ? 0.0f : __builtin_expf(s[u] - m);
+    sum += s[u];
+  }
+  return sum;
+}
+
 void scale(float a, float* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] *= a;
 }
@@ -101,7 +118,7 @@ void add(const float* a, const float* b, float* y, std::int64_t n) {
 }  // namespace
 
 const Kernels& kernels_scalar() {
-  static const Kernels k{"scalar", 4, kNr, gemv, pack, micro, q8_gemv, q8_quantize, dot, axpy, scale, silu_mul, add};
+  static const Kernels k{"scalar", 4, kNr, gemv, pack, micro, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
   return k;
 }
 
