@@ -35,12 +35,24 @@ Child spawn_sonde(const std::vector<std::string>& args, const std::filesystem::p
 
 void send_signal(const Child& c, int sig) { ::kill(c.pid, sig); }
 
-int wait_child(const Child& c) {
-  int status = 0;
-  ::waitpid(c.pid, &status, 0);
+namespace {
+int code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return -1;
+}
+}  // namespace
+
+int wait_child(const Child& c) {
+  int status = 0;
+  ::waitpid(c.pid, &status, 0);
+  return code_of(status);
+}
+
+std::optional<int> poll_child(const Child& c) {
+  int status = 0;
+  if (::waitpid(c.pid, &status, WNOHANG) != c.pid) return std::nullopt;
+  return code_of(status);
 }
 
 std::string read_text(const std::filesystem::path& file) {

@@ -2,6 +2,7 @@
 // Starts bin/sonde as a child process (output to a log file) so that a test can signal it at a
 // chosen moment: SIGINT for a graceful stop, SIGKILL for a crash.
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@ Child spawn_sonde(const std::vector<std::string>& args, const std::filesystem::p
 void send_signal(const Child& c, int sig);
 // Waits for the child: its exit code, or 128 + signal when a signal ended it.
 int wait_child(const Child& c);
+// The same if the child has ended, without waiting; nullopt while it runs.
+std::optional<int> poll_child(const Child& c);
 std::string read_text(const std::filesystem::path& file);
 
 }  // namespace sonde::test

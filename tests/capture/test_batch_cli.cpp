@@ -10,6 +10,7 @@
 #include "spawn.h"
 #include "test_paths.h"
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <set>
@@ -156,9 +157,16 @@ TEST(BatchCli, SigintFinishesTheMicroBatchAndLeavesAResumableRun) {
   auto r = run_sonde(batch_args(dir / "in.jsonl", dir / "full.jsonl", {"--batch-size", "2"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Child c = spawn_sonde(args, dir / "log.txt");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  send_signal(c, SIGINT);
-  const int code = wait_child(c);
+  // SIGINT once 200 of the 3000 results are out (progress, not a clock: a fast machine would
+  // finish a run before a fixed delay).
+  std::optional<int> ended;
+  while (!(ended = poll_child(c))) {
+    const std::string out = read_text(dir / "out.jsonl");
+    if (std::count(out.begin(), out.end(), '\n') >= 200) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  if (!ended) send_signal(c, SIGINT);
+  const int code = ended ? *ended : wait_child(c);
   const std::string log = read_text(dir / "log.txt");
   if (code == 0) GTEST_SKIP() << "the run finished before SIGINT arrived";
   ASSERT_EQ(code, 130) << log;

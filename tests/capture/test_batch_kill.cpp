@@ -8,6 +8,8 @@
 #include "spawn.h"
 #include "test_paths.h"
 
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <fstream>
 #include <random>
@@ -32,6 +34,26 @@ const std::vector<std::string> kDatasets{"/acts/hook_embed", "/acts/blocks.0.hoo
                                          "/prompts/row_start", "/prompts/row_count", "/prompts/seed",
                                          "/prompts/token_ids"};
 
+std::int64_t lines_in(const std::filesystem::path& file) {
+  const std::string text = read_text(file);
+  return static_cast<std::int64_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+// Kills the run once its results file holds `target` lines, then `jitter` later: the kill
+// follows the run's progress, not a clock (a fast machine finishes a clock-timed run before the
+// kill). Returns the exit code (0 if the run finished first).
+int kill_at_line(const Child& c, const std::filesystem::path& results, std::int64_t target,
+                 std::chrono::milliseconds jitter) {
+  for (;;) {
+    if (const auto code = poll_child(c)) return *code;
+    if (lines_in(results) >= target) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  std::this_thread::sleep_for(jitter);
+  send_signal(c, SIGKILL);
+  return wait_child(c);
+}
+
 TEST(BatchKill, SigkillAtRandomMomentsThenResumeEqualsAnUninterruptedRun) {
   SONDE_REQUIRE_SHARED(std::string("golden/models/") + kQwen);
   const auto dir = temp_dir();
@@ -44,22 +66,32 @@ TEST(BatchKill, SigkillAtRandomMomentsThenResumeEqualsAnUninterruptedRun) {
   ASSERT_EQ(wait_child(ref), 0) << read_text(dir / "ref.log");
 
   std::mt19937 rng(12345);
-  std::uniform_int_distribution<int> delay_ms(30, 300);
+  std::uniform_real_distribution<double> ahead(0.05, 0.35);  // of the prompts still to come
+  std::uniform_int_distribution<int> jitter_ms(0, 20);
   int kills = 0;
   bool resume = false, finished = false;
   for (int attempt = 0; attempt < 30; ++attempt) {
     auto args = args_for(dir, "run");
     if (resume) args.push_back("--resume");
+    const std::int64_t had = std::filesystem::exists(dir / "run.jsonl") ? lines_in(dir / "run.jsonl") : 0;
     const Child c = spawn_sonde(args, dir / "run.log");
-    // The first kill lands before any checkpoint could be written.
-    std::this_thread::sleep_for(std::chrono::milliseconds(attempt == 0 ? 2 : delay_ms(rng)));
-    send_signal(c, SIGKILL);
-    const int code = wait_child(c);
-    if (code == 0) {
+    int code = 0;
+    if (attempt == 0) {  // the first kill lands before any checkpoint could be written
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      send_signal(c, SIGKILL);
+      code = wait_child(c);
+    } else {
+      const auto target = had + 1 + static_cast<std::int64_t>(ahead(rng) * static_cast<double>(1500 - had));
+      code = kill_at_line(c, dir / "run.jsonl", target, std::chrono::milliseconds(jitter_ms(rng)));
+    }
+    // A kill that lands after the run marked its file complete, while the process exits, leaves
+    // a finished run: the next --resume says so (exit 2) and that is the end.
+    const std::string log = read_text(dir / "run.log");
+    if (code == 0 || (resume && code == 2 && log.find("there is nothing to resume") != std::string::npos)) {
       finished = true;
       break;
     }
-    ASSERT_EQ(code, 128 + SIGKILL) << read_text(dir / "run.log");
+    ASSERT_EQ(code, 128 + SIGKILL) << log;
     ++kills;
     resume = true;  // with nothing on disk yet, --resume starts afresh
   }
