@@ -30,8 +30,8 @@ struct RowState {
 };
 
 // One query row against keys [u0, u1): scores into s, then the online-softmax update of acc. The
-// dot products and the weighted sum of V are one kernel call each for the block; a key the mask
-// forbids gets p = 0, which leaves acc and l as they were.
+// dot products, the exponentials and the weighted sum of V are one kernel call each for the
+// block; a key the mask forbids gets p = 0, which leaves acc and l as they were.
 void attend_block(const Kernels& kn, const Head& h, const float* q, std::int64_t qs, std::int64_t u0, std::int64_t u1,
                   bool causal, std::int64_t d, float scale, float* s, RowState& st, float* acc) {
   const std::int64_t n = u1 - u0;
