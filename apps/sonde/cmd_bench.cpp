@@ -196,7 +196,8 @@ std::string isa() {
 #endif
 }
 
-nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<RunTime> runs) {
+// read_bytes: what the decode bound's streaming read covers (0 when there is no bound).
+nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<RunTime> runs, std::uint64_t read_bytes) {
   std::sort(runs.begin(), runs.end(), [](const RunTime& a, const RunTime& b) { return a.seconds < b.seconds; });
   const double best = runs.front().seconds, median = runs[runs.size() / 2].seconds;
   const double work = static_cast<double>(o.tokens * o.batch);
@@ -219,14 +220,12 @@ nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<Run
   j["isa"] = isa();
   if (runs.front().read_seconds > 0) {
     // fraction = (time to stream the step's weights once) / (time per generated token)
-    std::uint64_t bytes = 0;
-    for (const auto& r : decode_weight_ranges(s)) bytes += r.bytes;
     const auto fraction = [&](const RunTime& r) { return r.read_seconds * static_cast<double>(o.tokens) / r.seconds; };
     std::vector<double> frac;
     for (const auto& r : runs) frac.push_back(fraction(r));
     std::sort(frac.begin(), frac.end());
-    j["weight_bytes_per_token"] = bytes;
-    j["bandwidth_gb_s"] = static_cast<double>(bytes) / runs.front().read_seconds / 1e9;
+    j["weight_bytes_per_token"] = read_bytes;
+    j["bandwidth_gb_s"] = static_cast<double>(read_bytes) / runs.front().read_seconds / 1e9;
     j["bound_tokens_per_s"] = static_cast<double>(o.batch) / runs.front().read_seconds;
     j["bound_fraction"] = fraction(runs.front());
     j["median_bound_fraction"] = frac[frac.size() / 2];
@@ -298,7 +297,9 @@ int cmd_bench(const Args& args) {
     runs.back().read_seconds = std::min(before, after);
     before = after;
   }
-  const auto j = report(*session, o, runs);
+  std::uint64_t read_bytes = 0;
+  for (const auto& r : ranges) read_bytes += r.bytes;
+  const auto j = report(*session, o, runs, read_bytes);
   if (o.json) std::cout << j.dump() << "\n";
   else print_text(j);
   return 0;
