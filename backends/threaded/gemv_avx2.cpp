@@ -1,7 +1,8 @@
 // AVX2 GEMV for decode: y[m, n] = sum_k x[m, k] W[n, k], the same scheme as gemv_avx512.cpp with
-// 16 elements of K per step: R rows share the x vectors, two accumulators per (row, x row), bf16
-// widened as lane << 16 (even elements) and lane & 0xFFFF0000 (odd elements) against x permuted
-// to match, rows prefetched kAhead bytes ahead (wrapping into the next R-row block).
+// 16 elements of K per step: rows [n0, n1) read as R long streams (block i takes row i of each of
+// R equal runs), R rows share the x vectors, two accumulators per (row, x row), bf16 widened by
+// zero-extending to 32-bit lanes and shifting up, rows prefetched kAhead bytes ahead (on into the
+// stream's next row).
 // Summation order of one output: lane-wise over the K steps in ascending order, then the two
 // accumulators added and the 8 lanes reduced; it depends only on K.
 #include "kernels.h"
@@ -36,26 +37,12 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
-// 16 x values from a full step in load_w's order (bf16: even elements, then odd elements).
-template <WType T> inline void order_x(const float* x, __m256& a, __m256& b) {
-  const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
-  if constexpr (T == WType::bf16) {
-    // shuffle_ps gives per 128-bit half (0,2,8,10 | 4,6,12,14); the 64-bit pairs then go in order.
-    const __m256i fix = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
-    a = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(x0, x1, _MM_SHUFFLE(2, 0, 2, 0)), fix);
-    b = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(x0, x1, _MM_SHUFFLE(3, 1, 3, 1)), fix);
-  } else {
-    a = x0;
-    b = x1;
-  }
-}
-
 // 16 weights of a full step from element pointer p, widened to f32.
 template <WType T> inline void load_w(const void* p, __m256& a, __m256& b) {
   if constexpr (T == WType::bf16) {
-    const __m256i v = _mm256_loadu_si256(static_cast<const __m256i*>(p));
-    a = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    b = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+    const auto* h = static_cast<const __m128i*>(p);
+    a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(h)), 16));
+    b = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(h + 1)), 16));
   } else if constexpr (T == WType::f16) {
     const auto* h = static_cast<const __m128i*>(p);
     a = _mm256_cvtph_ps(_mm_loadu_si128(h));
@@ -72,7 +59,7 @@ template <WType T, int M, int R> struct Block {
   // One full step at element k; xs[m] points at x row m's step (a buffer for the tail).
   inline void step(const float* const* xs, const void* const* ws) {
     __m256 xa[M], xb[M];
-    for (int m = 0; m < M; ++m) order_x<T>(xs[m], xa[m], xb[m]);
+    for (int m = 0; m < M; ++m) xa[m] = _mm256_loadu_ps(xs[m]), xb[m] = _mm256_loadu_ps(xs[m] + 8);
     for (int r = 0; r < R; ++r) {
       __m256 wa, wb;
       load_w<T>(ws[r], wa, wb);
@@ -84,13 +71,13 @@ template <WType T, int M, int R> struct Block {
   }
 
   // The last K % kStep elements, through zero-padded copies.
-  inline void tail(const float* x, i64 ldx, const char* base, i64 rowbytes, i64 k, i64 valid) {
+  inline void tail(const float* x, i64 ldx, const char* base, i64 stride, i64 k, i64 valid) {
     Tail<float> xt[M];
     const float* xs[M];
     for (int m = 0; m < M; ++m) xt[m].fill(x + m * ldx + k, valid), xs[m] = xt[m].v;
     for (int r = 0; r < R; ++r) {
       Tail<typename ElemOf<T>::type> wt;
-      wt.fill(base + r * rowbytes + k * esize<T>(), valid);
+      wt.fill(base + r * stride + k * esize<T>(), valid);
       const void* ws[1] = {wt.v};
       Block<T, M, 1> one;
       for (int m = 0; m < M; ++m) one.acc[m][0][0] = acc[m][r][0], one.acc[m][0][1] = acc[m][r][1];
@@ -99,36 +86,36 @@ template <WType T, int M, int R> struct Block {
     }
   }
 
-  void run(const float* x, i64 ldx, const char* base, i64 K, float* y, i64 ldy) {
+  // y[m * ldy + r * ystride] for rows base + r * stride, K elements each.
+  void run(const float* x, i64 ldx, const char* base, i64 stride, i64 K, float* y, i64 ldy, i64 ystride) {
     for (int m = 0; m < M; ++m)
       for (int r = 0; r < R; ++r) acc[m][r][0] = acc[m][r][1] = _mm256_setzero_ps();
-    const i64 rowbytes = K * esize<T>();
     i64 k = 0;
     for (; k + kStep <= K; k += kStep) {
-      const i64 off = k * esize<T>(), ahead = off + kAhead, skip = ahead < rowbytes ? 0 : (R - 1) * rowbytes;
+      const i64 off = k * esize<T>();
       const float* xs[M];
       const void* ws[R];
       for (int m = 0; m < M; ++m) xs[m] = x + m * ldx + k;
       for (int r = 0; r < R; ++r) {
-        ws[r] = base + r * rowbytes + off;
-        _mm_prefetch(base + r * rowbytes + ahead + skip, _MM_HINT_T0);
+        ws[r] = base + r * stride + off;
+        _mm_prefetch(base + r * stride + off + kAhead, _MM_HINT_T0);
       }
       step(xs, ws);
     }
-    if (k < K) tail(x, ldx, base, rowbytes, k, K - k);
+    if (k < K) tail(x, ldx, base, stride, k, K - k);
     for (int m = 0; m < M; ++m)
-      for (int r = 0; r < R; ++r) y[m * ldy + r] = hsum(_mm256_add_ps(acc[m][r][0], acc[m][r][1]));
+      for (int r = 0; r < R; ++r) y[m * ldy + r * ystride] = hsum(_mm256_add_ps(acc[m][r][0], acc[m][r][1]));
   }
 };
 
-// 16 ymm registers: 2*M*R accumulators, 2*M x vectors and two weight vectors.
+// 16 ymm registers: 2*M*R accumulators, 2*M x vectors and two weight vectors. R streams of `run`
+// rows each (block i takes row i of every stream), then the rows left over one at a time.
 template <WType T, int M> void gemv_m(const float* x, i64 ldx, const void* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
   constexpr int R = M == 1 ? 4 : M == 2 ? 2 : 1;
   const auto* w = static_cast<const char*>(W);
-  const i64 rowbytes = K * esize<T>();
-  i64 n = n0;
-  for (; n + R <= n1; n += R) Block<T, M, R>{}.run(x, ldx, w + n * rowbytes, K, y + n, ldy);
-  for (; n < n1; ++n) Block<T, M, 1>{}.run(x, ldx, w + n * rowbytes, K, y + n, ldy);
+  const i64 rowbytes = K * esize<T>(), run = (n1 - n0) / R;
+  for (i64 i = 0; i < run; ++i) Block<T, M, R>{}.run(x, ldx, w + (n0 + i) * rowbytes, run * rowbytes, K, y + n0 + i, ldy, run);
+  for (i64 n = n0 + R * run; n < n1; ++n) Block<T, M, 1>{}.run(x, ldx, w + n * rowbytes, rowbytes, K, y + n, ldy, 1);
 }
 
 // Rows in chunks of about kChunkBytes of W (they stay in L2), each chunk against every group of

@@ -78,6 +78,19 @@ void check_tile_edges(Backend& b) {
         }
 }
 
+// The GEMV reads a task's rows as 4 interleaved runs (block i takes row i of each run) with the
+// rows left over one at a time: N here gives runs of 1 to 100+ rows with 0 to 3 left over, for
+// every x-row grouping (1, 2, 3 and 3 + 1/2) and K with and without a partial step.
+void check_gemv_streams(Backend& b) {
+  for (DType wt : {DType::bf16, DType::f16, DType::f32})
+    for (std::int64_t M : {1, 2, 3, 4, 5})
+      for (std::int64_t N : {5, 203, 1001})
+        for (std::int64_t K : {40, 300}) {
+          SCOPED_TRACE(fmt::format("GEMV {} M={} N={} K={}", dtype_name(wt), M, N, K));
+          EXPECT_LE(linear_error_vs_bound(b, M, K, N, linear_args(M, K, N, wt, N % 2 == 1, 41)), 1.0);
+        }
+}
+
 struct AttnCase {
   std::int64_t B, T, S, nh, nkv, d;
   bool causal, mask;
@@ -118,6 +131,13 @@ void check_elementwise(Backend& b) {
 
 TEST(Threaded, TileEdgeShapesMatchReference) { check_tile_edges(*threaded(2)); }
 
+TEST(Threaded, GemvRowStreamsMatchReference) {
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(fmt::format("{} threads", threads));
+    check_gemv_streams(*threaded(threads));
+  }
+}
+
 TEST(Threaded, LongAttentionMatchesReference) { check_long_attention(*threaded(2)); }
 
 // Every ISA this CPU has, forced in turn; the description names the one in use.
@@ -135,6 +155,7 @@ TEST(Threaded, EveryAvailableIsaMatchesReference) {
     SCOPED_TRACE("ISA " + isa);
     EXPECT_NE(b->info().description.find(isa), std::string::npos) << b->info().description;
     check_tile_edges(*b);
+    check_gemv_streams(*b);
     check_long_attention(*b);
     check_elementwise(*b);
   }
