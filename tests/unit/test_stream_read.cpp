@@ -35,12 +35,35 @@ TEST(StreamRead, EveryByteOfOddRangesOnAnyThreadCount) {
     ranges.push_back({buf.data() + off, n});
     expected += words_sum(buf.data() + off, n);
   }
-  for (int threads : {1, 2, 3, 7}) {
-    std::uint64_t got = 0;
-    const double seconds = sonde::cli::stream_read(ranges, threads, &got);
-    EXPECT_EQ(got, expected) << threads << " threads";
-    EXPECT_GE(seconds, 0.0);
+  for (int threads : {1, 2, 3, 7})
+    for (int streams : {1, 2, 4, 8}) {
+      std::uint64_t got = 0;
+      const double seconds = sonde::cli::stream_read(ranges, threads, &got, streams);
+      EXPECT_EQ(got, expected) << threads << " threads, " << streams << " streams";
+      EXPECT_GE(seconds, 0.0);
+    }
+}
+
+// Many ranges, so a thread's runs cross from range to range at different times, and ranges
+// shorter than a run's 256-byte step.
+TEST(StreamRead, RunsCrossManyRangesOfEverySize) {
+  std::vector<unsigned char> buf(1 << 20);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<unsigned char>(i * 7 + (i >> 11));
+  std::vector<ByteRange> ranges;
+  std::uint64_t expected = 0;
+  std::size_t off = 0;
+  for (std::size_t k = 0; off + 20000 < buf.size(); ++k) {
+    const std::size_t n = (k * 2654435761u) % 20000 + 1;
+    ranges.push_back({buf.data() + off, n});
+    expected += words_sum(buf.data() + off, n);
+    off += n + k % 5;
   }
+  for (int threads : {1, 2, 5})
+    for (int streams : {1, 3, 4, 8}) {
+      std::uint64_t got = 0;
+      sonde::cli::stream_read(ranges, threads, &got, streams);
+      EXPECT_EQ(got, expected) << threads << " threads, " << streams << " streams";
+    }
 }
 
 TEST(StreamRead, ChangingOneByteChangesTheChecksum) {
