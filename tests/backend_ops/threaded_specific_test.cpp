@@ -65,12 +65,13 @@ double linear_error_vs_bound(Backend& b, std::int64_t M, std::int64_t K, std::in
   return worst;
 }
 
-// M: the GEMV row groups (1..3, several groups), the GEMV/GEMM switch (192) and the mr tiles past
-// it (199 = 192 + 7); N around nr (16, 32) and the 64-column task,
+// M: the GEMV row groups (1..3, several groups), the GEMV/GEMM switch (kGemmMinRows = 512 in
+// backends/threaded/ops.h: 511 and 512) and the mr tiles past it (519 = 512 + 7); N around nr
+// (16, 32) and the 64-column task,
 // K around the 16/32-lane loops, the q8 block (32) and the K block (256).
 void check_tile_edges(Backend& b) {
   for (DType wt : {DType::f32, DType::bf16, DType::f16})
-    for (std::int64_t M : {1, 3, 4, 7, 9, 17, 192, 199})
+    for (std::int64_t M : {1, 3, 4, 7, 9, 17, 511, 512, 519})
       for (std::int64_t N : {1, 31, 33, 65, 97})
         for (std::int64_t K : {1, 15, 17, 33, 257, 300}) {
           SCOPED_TRACE(fmt::format("{} M={} N={} K={}", dtype_name(wt), M, N, K));
@@ -188,10 +189,11 @@ TEST(Threaded, DeterministicForAFixedThreadCount) {
                                    {random_tensor(DType::f32, Shape{2, 200, 2, 64}, 71)},
                                    {random_tensor(DType::f32, Shape{2, 200, 2, 64}, 72)},
                                    {mask_with_holes(2, 200)}};
-  const auto gemm_args = linear_args(67, 300, 130, DType::bf16, true, 73);
+  const auto gemm_args = linear_args(530, 300, 130, DType::bf16, true, 73);
+  const auto gemv_chunk_args = linear_args(67, 300, 130, DType::bf16, true, 75);  // GEMV, x rows in groups
   const auto gemv_args = linear_args(1, 300, 130, DType::bf16, true, 74);
   const std::pair<Node, const std::vector<Arg>*> runs[] = {
-      {attn, &attn_args}, {linear_node(67, 130), &gemm_args}, {linear_node(1, 130), &gemv_args}};
+      {attn, &attn_args}, {linear_node(530, 130), &gemm_args}, {linear_node(67, 130), &gemv_chunk_args}, {linear_node(1, 130), &gemv_args}};
   for (const std::string weights : {"native", "q8"})
     for (const auto& [node, args] : runs) {
       SCOPED_TRACE(std::string(op_name(node.op)) + " " + node.shape.str() + " " + weights);
