@@ -82,13 +82,18 @@ void gemm(const Ctx& c, const Job& j) {
 // (guided: each is about remaining / (2 * threads) rows, at least kGemvMinRows): the early blocks
 // are long streams the hardware prefetcher follows, and the last ones are short, so the thread
 // that finishes first waits for at most a few rows instead of a quarter share.
-void gemv(const Ctx& c, const Job& j) {
+std::vector<std::int64_t> guided_starts(std::int64_t N, int threads) {
   std::vector<std::int64_t> start{0};
-  for (std::int64_t left = j.N; left > 0;) {
-    const std::int64_t rows = std::min(left, std::max(kGemvMinRows, (left / (2 * c.pool.size()) + 7) / 8 * 8));
+  for (std::int64_t left = N; left > 0;) {
+    const std::int64_t rows = std::min(left, std::max(kGemvMinRows, (left / (2 * threads) + 7) / 8 * 8));
     start.push_back(start.back() + rows);
     left -= rows;
   }
+  return start;
+}
+
+void gemv(const Ctx& c, const Job& j) {
+  const std::vector<std::int64_t> start = guided_starts(j.N, c.pool.size());
   c.pool.run(static_cast<std::int64_t>(start.size()) - 1, [&](std::int64_t t, int) {
     const std::int64_t n0 = start[static_cast<std::size_t>(t)], n1 = start[static_cast<std::size_t>(t) + 1];
     c.k.gemv(j.x, j.M, j.K, j.W, j.wt, j.K, n0, n1, j.y, j.N);
@@ -105,13 +110,21 @@ void q8_linear(const Ctx& c, const Job& j, const Q8Weight& w) {
     for (std::int64_t m = lo; m < hi; ++m) c.k.q8_quantize(j.x + m * j.K, j.K, w.kp, xq.data() + m * w.kp, xs.data() + m * nb);
   });
   const Q8Rows rows = w.rows();
-  for_chunks(c.pool, j.N, kGemvRows, [&](std::int64_t n0, std::int64_t n1) {
+  const auto rows_task = [&](std::int64_t n0, std::int64_t n1) {
     for (std::int64_t m = 0; m < j.M; m += kQ8Rows) {
       const Q8Act act{xq.data() + m * w.kp, xs.data() + m * nb, w.kp};
       c.k.q8_gemv(act, std::min(kQ8Rows, j.M - m), rows, n0, n1, j.y + m * j.N, j.N);
     }
     add_bias(j, 0, j.M, n0, n1);
-  });
+  };
+  if (j.M == 1) {  // decode: W streams from memory once, in long row runs as the GEMV's
+    const std::vector<std::int64_t> start = guided_starts(j.N, c.pool.size());
+    c.pool.run(static_cast<std::int64_t>(start.size()) - 1, [&](std::int64_t t, int) {
+      rows_task(start[static_cast<std::size_t>(t)], start[static_cast<std::size_t>(t) + 1]);
+    });
+  } else {  // a task's 32 rows of W stay in L1 for every group of x rows
+    for_chunks(c.pool, j.N, kGemvRows, rows_task);
+  }
 }
 
 }  // namespace

@@ -236,7 +236,11 @@ std::vector<double> q8_bounds(const Tensor& x, const Tensor& w, std::int64_t M, 
 
 TEST(Threaded, Q8LinearWithinTheQuantisationBound) {
   struct Case { std::int64_t M, K, N; };
-  for (const Case c : {Case{1, 300, 70}, Case{5, 64, 33}, Case{33, 100, 65}})
+  // An odd number of 32-blocks per row (K = 20, 90, 900) leaves the two-block step a single
+  // block at the end; N = 203 and 1001 give the decode path (one x row) runs of rows with some
+  // left over.
+  for (const Case c : {Case{1, 300, 70}, Case{5, 64, 33}, Case{33, 100, 65}, Case{1, 90, 203}, Case{3, 20, 9},
+                       Case{1, 900, 1001}, Case{4, 900, 37}})
     for (DType wt : {DType::f32, DType::bf16}) {
       SCOPED_TRACE(fmt::format("M={} K={} N={} {}", c.M, c.K, c.N, dtype_name(wt)));
       const auto args = linear_args(c.M, c.K, c.N, wt, false, 80);
@@ -254,6 +258,66 @@ TEST(Threaded, Q8LinearWithinTheQuantisationBound) {
       // Quantisation really happened (a native run would have error ~1e-7, far below this).
       EXPECT_GT(mean_err / double(g.size()), 1e-5);
       std::cout << "[ note ] q8 worst error / bound = " << worst << "\n";
+    }
+}
+
+// q8 rows of v[K] as the backend quantises them (docs/backends.md): per block of 32, scale =
+// max|v| / 127 and q = round-half-even(v * (127 / max|v|)), all in f32, zero padding past K.
+struct Q8Ref {
+  std::vector<int> q;
+  std::vector<float> scale;
+};
+Q8Ref q8_reference(const std::vector<float>& v, std::int64_t rows, std::int64_t K) {
+  const std::int64_t nb = (K + 31) / 32;
+  Q8Ref r{std::vector<int>(std::size_t(rows * nb * 32), 0), std::vector<float>(std::size_t(rows * nb))};
+  for (std::int64_t n = 0; n < rows; ++n)
+    for (std::int64_t b = 0; b < nb; ++b) {
+      float amax = 0;
+      for (std::int64_t k = b * 32; k < std::min(K, b * 32 + 32); ++k) amax = std::max(amax, std::fabs(v[std::size_t(n * K + k)]));
+      const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+      r.scale[std::size_t(n * nb + b)] = amax / 127.0f;
+      for (std::int64_t k = b * 32; k < std::min(K, b * 32 + 32); ++k)
+        r.q[std::size_t(n * nb * 32 + k)] = static_cast<int>(std::nearbyint(v[std::size_t(n * K + k)] * inv));
+    }
+  return r;
+}
+
+// The q8 Linear computes exactly y = sum_b xs_b ws_b sum_{k in b} xq_k wq_k up to f32 rounding
+// (the quantisation-error bound above is far looser and would not see, say, a wrong offset
+// correction in the VNNI kernel). Every ISA, x rows 1 to 4 (decode and grouped paths), an odd
+// block count (K = 900) and rows left over from the 4 row runs (N = 1001).
+TEST(Threaded, Q8LinearIsItsQuantisedArithmetic) {
+  struct Case { std::int64_t M, K, N; };
+  for (const std::string isa : {"avx512", "avx2", "scalar"})
+    for (const Case c : {Case{1, 900, 1001}, Case{4, 900, 37}, Case{3, 64, 203}}) {
+      IsaScope scope(isa);
+      std::shared_ptr<Backend> b;
+      try {
+        b = threaded(2, "q8");
+      } catch (const Error&) {
+        continue;  // the ISA test above reports which ISAs this CPU lacks
+      }
+      SCOPED_TRACE(fmt::format("ISA {} M={} K={} N={}", isa, c.M, c.K, c.N));
+      const auto args = linear_args(c.M, c.K, c.N, DType::bf16, false, 81);
+      const Tensor got = run_on(*b, linear_node(c.M, c.N), args);
+      const Q8Ref x = q8_reference(values(args[0].t), c.M, c.K), w = q8_reference(values(args[1].t), c.N, c.K);
+      const std::int64_t nb = (c.K + 31) / 32;
+      const auto g = values(got);
+      for (std::int64_t m = 0; m < c.M; ++m)
+        for (std::int64_t n = 0; n < c.N; ++n) {
+          double want = 0, mag = 0;
+          for (std::int64_t blk = 0; blk < nb; ++blk) {
+            long dot = 0, wsum = 0, absdot = 0;
+            for (std::int64_t k = blk * 32; k < blk * 32 + 32; ++k) {
+              const long xq = x.q[std::size_t(m * nb * 32 + k)], wq = w.q[std::size_t(n * nb * 32 + k)];
+              dot += xq * wq, absdot += std::labs(xq * wq), wsum += std::labs(wq);
+            }
+            const double s = double(x.scale[std::size_t(m * nb + blk)]) * w.scale[std::size_t(n * nb + blk)];
+            want += s * double(dot);
+            mag += s * double(absdot + 128 * wsum);  // the VNNI kernel's offset terms count too
+          }
+          EXPECT_NEAR(g[std::size_t(m * c.N + n)], want, 1e-5 * mag + 1e-30) << "m " << m << " n " << n;
+        }
     }
 }
 
