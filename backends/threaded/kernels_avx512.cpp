@@ -175,18 +175,16 @@ template <int M, int R> void q8_rows(const Q8Act& x, const Q8Rows& w, i64 n, i64
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    const i64 row = n + r * run;
+  for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) {
-      __m512 c = _mm512_setzero_ps();
+      __m512 c = _mm512_setzero_ps();  // sum_b s_b wsum_b
       for (i64 b = 0; b < nb; b += 16) {
         const __mmask16 k = lanes(nb - b);
-        const __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x.scale + m * nb + b), _mm512_maskz_loadu_ps(k, w.scale + row * nb + b));
-        c = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(k, w.wsum + row * nb + b)), c);
+        const __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x.scale + m * nb + b), _mm512_maskz_loadu_ps(k, wsc[r] + b));
+        c = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(k, wsm[r] + b)), c);
       }
-      y[m * ldy + row] = _mm512_reduce_add_ps(acc[m][r]) - 128.0f * _mm512_reduce_add_ps(c);
+      y[m * ldy + n + r * run] = _mm512_reduce_add_ps(acc[m][r]) - 128.0f * _mm512_reduce_add_ps(c);
     }
-  }
 }
 
 template <int M> void q8_gemv_m(const Q8Act& x, const Q8Rows& w, i64 n0, i64 n1, float* y, i64 ldy) {

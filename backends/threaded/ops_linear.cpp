@@ -12,7 +12,7 @@ namespace sonde::threaded {
 
 namespace {
 
-constexpr std::int64_t kGemvRows = 32;    // W rows per q8 task
+constexpr std::int64_t kGemvRows = 32;    // W rows per q8 task with several x rows (one x row: as the GEMV)
 constexpr std::int64_t kGemvMinRows = 16;        // GEMV rows per task: at least this, a multiple of 8
 constexpr std::int64_t kNc = 64;          // GEMM columns per task at most (a power-of-2 multiple of every nr)
 constexpr std::int64_t kKc = 256;         // GEMM K block: an nr x kKc f32 panel stays in L1/L2
