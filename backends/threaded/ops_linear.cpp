@@ -92,12 +92,41 @@ std::vector<std::int64_t> guided_starts(std::int64_t N, int threads) {
   return start;
 }
 
+void gemv_rows(const Ctx& c, const Job& j, std::int64_t n0, std::int64_t n1) {
+  c.k.gemv(j.x, j.M, j.K, j.W, j.wt, j.K, n0, n1, j.y, j.N);
+  add_bias(j, 0, j.M, n0, n1);
+}
+
 void gemv(const Ctx& c, const Job& j) {
   const std::vector<std::int64_t> start = guided_starts(j.N, c.pool.size());
   c.pool.run(static_cast<std::int64_t>(start.size()) - 1, [&](std::int64_t t, int) {
-    const std::int64_t n0 = start[static_cast<std::size_t>(t)], n1 = start[static_cast<std::size_t>(t) + 1];
-    c.k.gemv(j.x, j.M, j.K, j.W, j.wt, j.K, n0, n1, j.y, j.N);
-    add_bias(j, 0, j.M, n0, n1);
+    gemv_rows(c, j, start[static_cast<std::size_t>(t)], start[static_cast<std::size_t>(t) + 1]);
+  });
+}
+
+// Several GEMVs as one: the guided split runs over their rows end to end, and a task that
+// crosses from one weight into the next is cut in two there.
+void gemvs(const Ctx& c, const std::vector<Job>& jobs) {
+  struct Piece {
+    std::size_t job;
+    std::int64_t n0, n1;
+  };
+  std::int64_t rows = 0;
+  for (const Job& j : jobs) rows += j.N;
+  const std::vector<std::int64_t> start = guided_starts(rows, c.pool.size());
+  std::vector<Piece> pieces;
+  std::size_t job = 0;
+  std::int64_t first_row = 0;  // of jobs[job] in the rows end to end
+  for (std::size_t t = 0; t + 1 < start.size(); ++t)
+    for (std::int64_t r = start[t]; r < start[t + 1];) {
+      while (r >= first_row + jobs[job].N) first_row += jobs[job++].N;
+      const std::int64_t end = std::min(start[t + 1], first_row + jobs[job].N);
+      pieces.push_back({job, r - first_row, end - first_row});
+      r = end;
+    }
+  c.pool.run(static_cast<std::int64_t>(pieces.size()), [&](std::int64_t t, int) {
+    const Piece& p = pieces[static_cast<std::size_t>(t)];
+    gemv_rows(c, jobs[p.job], p.n0, p.n1);
   });
 }
 
@@ -145,6 +174,21 @@ void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, 
   } else {
     gemm(c, j);
   }
+}
+
+void linear_siblings(const Ctx& c, std::span<const Node* const> nodes, std::span<const ops::Inputs> in,
+                     std::span<const TensorView> outs) {
+  std::vector<Job> jobs;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const auto d = ops::check_linear(*nodes[i], in[i], outs[i]);
+    if (d.M >= kGemmMinRows || d.K == 0 || d.M == 0 || d.N == 0) {
+      linear(c, *nodes[i], in[i], outs[i], nullptr);
+      continue;
+    }
+    jobs.push_back({in[i][0].as<const float>(), in[i][1].data, wtype(in[i][1].dtype),
+                    d.bias ? in[i][2].as<const float>() : nullptr, outs[i].as<float>(), d.M, d.K, d.N});
+  }
+  if (!jobs.empty()) gemvs(c, jobs);
 }
 
 }  // namespace sonde::threaded

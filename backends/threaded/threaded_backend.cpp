@@ -41,6 +41,32 @@ std::size_t read_ahead(const unsigned char* p, std::size_t from, std::size_t to,
   keep.fetch_add(sink, std::memory_order_relaxed);
   return std::min(off, to);
 }
+
+// A node's inputs as the kernels take them. Activations, norm weights and biases are widened to
+// f32 (small); the Linear weight and the embedding table are read in their own dtype; Reshape and
+// Concat copy bytes.
+struct Prepared {
+  Prepared(const Node& node, std::span<const TensorView> inputs) : dense(inputs) {
+    in.assign(dense.views().begin(), dense.views().end());
+    const bool bytes_op = node.op == OpKind::Reshape || node.op == OpKind::Concat;
+    for (std::size_t i = 0; i < in.size() && !bytes_op; ++i) {
+      const bool native = (node.op == OpKind::Linear && i == 1) || (node.op == OpKind::Embedding && i == 0);
+      if (!native && in[i].dtype != DType::f32 && is_float(in[i].dtype)) {
+        wide.push_back(to_f32(in[i]));
+        in[i] = wide.back().view();
+      }
+    }
+  }
+  ops::DenseInputs dense;
+  std::vector<Tensor> wide;
+  std::vector<TensorView> in;
+};
+
+// A Linear with few x rows (decode) streams its weight from memory once.
+bool streams(const TensorView& linear_out) {
+  return linear_out.shape.rank >= 1 &&
+         linear_out.numel() / std::max<std::int64_t>(1, linear_out.shape[linear_out.shape.rank - 1]) < kGemmMinRows;
+}
 }  // namespace
 
 ThreadedBackend::ThreadedBackend() : pool_(std::make_unique<ThreadPool>(1)), kernels_(&select_kernels("")) {}
@@ -114,23 +140,16 @@ const Q8Weight* ThreadedBackend::q8_for(const TensorView& w) const {
   return &it->second;
 }
 
-void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) {
+void ThreadedBackend::check_supported(const Node& node, std::span<const TensorView> inputs) const {
   std::vector<DType> dtypes;
   for (const auto& v : inputs) dtypes.push_back(v.dtype);
   if (!supports(node, dtypes)) ops::fail(node, "threaded does not run this op with these input dtypes");
-  const ops::DenseInputs dense(inputs);
-  // Activations, norm weights and biases are widened to f32 (small); the Linear weight and the
-  // embedding table are read in their own dtype; Reshape and Concat copy bytes.
-  std::vector<TensorView> in(dense.views().begin(), dense.views().end());
-  std::vector<Tensor> wide;
-  const bool bytes_op = node.op == OpKind::Reshape || node.op == OpKind::Concat;
-  for (std::size_t i = 0; i < in.size() && !bytes_op; ++i) {
-    const bool native = (node.op == OpKind::Linear && i == 1) || (node.op == OpKind::Embedding && i == 0);
-    if (!native && in[i].dtype != DType::f32 && is_float(in[i].dtype)) {
-      wide.push_back(to_f32(in[i]));
-      in[i] = wide.back().view();
-    }
-  }
+}
+
+void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) {
+  check_supported(node, inputs);
+  const Prepared p(node, inputs);
+  const auto& in = p.in;
   const Ctx c{*pool_, *kernels_};
   if (node.op == OpKind::Linear) learn_linear(in[1]);
   switch (node.op) {
@@ -147,9 +166,31 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
   }
   // Only a Linear that streams its weight (few rows: decode) starts a read-ahead; the ops after
   // it continue the one in progress.
-  const bool streams = node.op == OpKind::Linear && out.shape.rank >= 1 &&
-                       out.numel() / std::max<std::int64_t>(1, out.shape[out.shape.rank - 1]) < kGemmMinRows;
-  prefetch_next(streams, in.size() > 1 ? in[1] : TensorView());
+  prefetch_next(node.op == OpKind::Linear && streams(out), in.size() > 1 ? in[1] : TensorView());
+}
+
+// Streaming Linears (few x rows) whose weights are read natively go through one parallel region:
+// q/k/v as separate regions started and drained three times per layer, and k and v (256 KB each
+// on qwen2.5-0.5b) were too small to reach the streaming rate on their own. Anything else runs
+// node by node.
+void ThreadedBackend::run_siblings(std::span<const Node* const> nodes, std::span<const std::vector<TensorView>> inputs,
+                                   std::span<const TensorView> outs) {
+  bool together = true;
+  for (std::size_t i = 0; i < nodes.size() && together; ++i)
+    together = nodes[i]->op == OpKind::Linear && streams(outs[i]) && inputs[i].size() >= 2 &&
+               !(q8_ && q8_for(inputs[i][1]));
+  if (!together) return Backend::run_siblings(nodes, inputs, outs);
+  std::vector<Prepared> prepared;
+  prepared.reserve(nodes.size());
+  std::vector<ops::Inputs> in;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    check_supported(*nodes[i], inputs[i]);
+    prepared.emplace_back(*nodes[i], inputs[i]);
+    in.push_back(prepared.back().in);
+    learn_linear(prepared.back().in[1]);
+  }
+  linear_siblings(Ctx{*pool_, *kernels_}, nodes, in, outs);
+  prefetch_next(true, prepared.back().in[1]);
 }
 
 // The bytes a Linear with this weight reads: its q8 copy when there is one, else the view.

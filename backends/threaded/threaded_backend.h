@@ -27,6 +27,8 @@ class ThreadedBackend final : public Backend {
   TensorView weight(const std::string& name) const override;
   std::vector<std::span<const std::byte>> weight_storage(const std::string& name) const override;
   void run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) override;
+  void run_siblings(std::span<const Node* const> nodes, std::span<const std::vector<TensorView>> inputs,
+                    std::span<const TensorView> outs) override;
   void sync() override;
 
  private:
@@ -34,6 +36,7 @@ class ThreadedBackend final : public Backend {
     const unsigned char* data = nullptr;
     std::size_t size = 0;
   };
+  void check_supported(const Node& node, std::span<const TensorView> inputs) const;
   const Q8Weight* q8_for(const TensorView& w) const;
   Bytes streamed_bytes(const TensorView& w) const;
   void learn_linear(const TensorView& w);

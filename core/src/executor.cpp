@@ -5,6 +5,8 @@
 #include <sonde/log.h>
 
 #include <algorithm>
+#include <map>
+#include <utility>
 
 namespace sonde {
 
@@ -17,6 +19,31 @@ std::vector<DType> input_dtypes(const Graph& g, const Node& n) {
   d.reserve(n.inputs.size());
   for (int i : n.inputs) d.push_back(g.nodes[static_cast<std::size_t>(i)].dtype);
   return d;
+}
+
+// Nothing such a group reads is computed between its first node and its last, so all can run
+// at the first one's step; their outputs would all be alive together anyway (q, k and v until
+// the attention, gate and up until their product).
+void group_siblings(const Graph& g, Plan& p) {
+  p.sibling_group.assign(g.nodes.size(), -1);
+  std::map<std::pair<int, const Backend*>, std::size_t> by_input;
+  std::vector<std::vector<int>> groups;
+  for (int i : p.order) {
+    const Node& node = g.nodes[static_cast<std::size_t>(i)];
+    if (node.op != OpKind::Linear || node.inputs.empty()) continue;
+    bool weights_only = true;
+    for (std::size_t k = 1; k < node.inputs.size(); ++k)
+      weights_only = weights_only && g.nodes[static_cast<std::size_t>(node.inputs[k])].op == OpKind::Weight;
+    if (!weights_only) continue;
+    auto [it, fresh] = by_input.try_emplace({node.inputs[0], p.backend[static_cast<std::size_t>(i)]}, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  for (auto& members : groups) {
+    if (members.size() < 2) continue;
+    for (int i : members) p.sibling_group[static_cast<std::size_t>(i)] = static_cast<int>(p.siblings.size());
+    p.siblings.push_back(std::move(members));
+  }
 }
 
 }  // namespace
@@ -72,6 +99,7 @@ Plan Executor::plan(const Graph& g, const std::vector<std::string>& outputs, con
     spdlog::info("backend {} does not run every op; falling back: {}", primary_.info().name, list);
   }
   p.fallbacks = std::move(fell_back);
+  group_siblings(g, p);
   return p;
 }
 
@@ -80,7 +108,22 @@ std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::s
   const Graph& g = *p.graph;
   std::vector<Tensor> owned(g.nodes.size());
   std::vector<TensorView> value(g.nodes.size());
-  std::vector<TensorView> ins;
+  std::vector<char> ready(g.nodes.size(), 0);  // weights and sibling Linears may be ready early
+  const auto resolve_weight = [&](std::size_t i) {
+    if (!ready[i]) value[i] = primary_.weight(g.nodes[i].params.ref);
+    ready[i] = 1;
+  };
+  const auto inputs_of = [&](const Node& node) {
+    std::vector<TensorView> ins;
+    ins.reserve(node.inputs.size());
+    for (int in : node.inputs) ins.push_back(value[static_cast<std::size_t>(in)]);
+    return ins;
+  };
+  const auto allocate = [&](std::size_t i) {
+    owned[i] = Tensor(g.nodes[i].dtype, g.nodes[i].shape);
+    value[i] = owned[i].view();
+    ready[i] = 1;
+  };
 
   for (std::size_t step = 0; step < p.order.size(); ++step) {
     const auto i = static_cast<std::size_t>(p.order[step]);
@@ -93,13 +136,26 @@ std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::s
                       it->second.shape.str(), dtype_name(node.dtype), node.shape.str());
       value[i] = it->second;
     } else if (node.op == OpKind::Weight) {
-      value[i] = primary_.weight(node.params.ref);
+      resolve_weight(i);
+    } else if (ready[i]) {
+      // computed with its siblings
+    } else if (const int group = p.sibling_group[i]; group >= 0) {
+      const auto& members = p.siblings[static_cast<std::size_t>(group)];
+      std::vector<const Node*> nodes;
+      std::vector<std::vector<TensorView>> ins;
+      std::vector<TensorView> outs;
+      for (int m : members) {
+        const Node& sibling = g.nodes[static_cast<std::size_t>(m)];
+        for (std::size_t k = 1; k < sibling.inputs.size(); ++k) resolve_weight(static_cast<std::size_t>(sibling.inputs[k]));
+        allocate(static_cast<std::size_t>(m));
+        nodes.push_back(&sibling);
+        ins.push_back(inputs_of(sibling));
+        outs.push_back(value[static_cast<std::size_t>(m)]);
+      }
+      p.backend[i]->run_siblings(nodes, ins, outs);
     } else {
-      ins.clear();
-      for (int in : node.inputs) ins.push_back(value[static_cast<std::size_t>(in)]);
-      owned[i] = Tensor(node.dtype, node.shape);
-      value[i] = owned[i].view();
-      p.backend[i]->run(node, ins, value[i]);
+      allocate(i);
+      p.backend[i]->run(node, inputs_of(node), value[i]);
     }
     if (tap)
       for (const auto& name : p.taps[i]) tap(name, value[i]);

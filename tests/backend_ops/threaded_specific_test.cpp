@@ -208,6 +208,59 @@ TEST(Threaded, DeterministicForAFixedThreadCount) {
     }
 }
 
+// Linears sharing x (q/k/v, gate/up) as the executor hands them over: one parallel region over
+// all their weights' rows for a streaming GEMV, node by node otherwise (GEMM rows, q8). Each output
+// must be bit-identical to the node's own run(), which the other tests hold to the reference.
+TEST(Threaded, SiblingLinearsAreTheirOwnRuns) {
+  struct Case {
+    std::int64_t M, K;
+    std::vector<std::int64_t> N;
+    DType wt;
+    std::string weights;
+  };
+  const Case cases[] = {
+      {1, 300, {130, 16, 16}, DType::bf16, "native"},  // decode q/k/v: tasks cross from one weight into the next
+      {1, 40, {3, 1001, 5}, DType::f16, "native"},
+      {3, 300, {203, 203}, DType::f32, "native"},       // gate/up with x rows in groups
+      {1, 8, {1, 1}, DType::bf16, "native"},
+      {512, 40, {24, 40}, DType::bf16, "native"},       // GEMM: one by one
+      {1, 300, {130, 16, 16}, DType::bf16, "q8"},       // q8: one by one
+  };
+  for (const Case& c : cases)
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(fmt::format("M={} K={} N0={} {} {} {} threads", c.M, c.K, c.N[0], dtype_name(c.wt), c.weights, threads));
+      auto b = threaded(threads, c.weights);
+      const Tensor x = random_tensor(DType::f32, Shape{c.M, c.K}, 90);
+      std::vector<Tensor> w, bias;
+      std::vector<Node> nodes;
+      std::vector<std::vector<TensorView>> ins;
+      std::vector<Tensor> outs;
+      for (std::size_t i = 0; i < c.N.size(); ++i) {
+        w.push_back(random_tensor(c.wt, Shape{c.N[i], c.K}, 91 + static_cast<unsigned>(i)));
+        bias.push_back(random_tensor(c.wt, Shape{c.N[i]}, 95 + static_cast<unsigned>(i)));
+        nodes.push_back(linear_node(c.M, c.N[i]));
+        const bool with_bias = i % 2 == 0;
+        ins.push_back({x.view(), b->upload(fmt::format("sib{}.weight", i), w.back().view(), Split::None)});
+        if (with_bias) ins.back().push_back(b->upload(fmt::format("sib{}.bias", i), bias.back().view(), Split::None));
+        outs.emplace_back(DType::f32, nodes.back().shape);
+      }
+      std::vector<const Node*> node_ptrs;
+      std::vector<TensorView> out_views;
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        node_ptrs.push_back(&nodes[i]);
+        out_views.push_back(outs[i].view());
+      }
+      b->run_siblings(node_ptrs, ins, out_views);
+      b->sync();
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        Tensor own(DType::f32, nodes[i].shape);
+        b->run(nodes[i], ins[i], own.view());
+        b->sync();
+        EXPECT_EQ(std::memcmp(own.view().data, outs[i].view().data, own.view().nbytes()), 0) << "sibling " << i;
+      }
+    }
+}
+
 // The q8 error bound from the formula, per output element. With blocks b of 32 along K,
 // sx_b = max|x_b| / 127 and sw_b = max|w_b| / 127, rounding gives |x - x^| <= sx_b / 2 and
 // |w - w^| <= sw_b / 2, so |x^ w^ - x w| <= |x| sw/2 + |w| sx/2 + sx sw / 4 per term; summed

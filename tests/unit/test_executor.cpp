@@ -21,6 +21,10 @@ class MockBackend : public sonde::Backend {
   MOCK_METHOD(sonde::TensorView, upload, (const std::string&, const sonde::TensorView&, sonde::Split), (override));
   MOCK_METHOD(sonde::TensorView, weight, (const std::string&), (const, override));
   MOCK_METHOD(void, run, (const sonde::Node&, std::span<const sonde::TensorView>, const sonde::TensorView&), (override));
+  MOCK_METHOD(void, run_siblings,
+              (std::span<const sonde::Node* const>, std::span<const std::vector<sonde::TensorView>>,
+               std::span<const sonde::TensorView>),
+              (override));
 };
 
 // x -> a = x + x -> b = silu_mul(a, a) -> output "out"
@@ -93,6 +97,67 @@ TEST_F(Fixture, TapsSeeTheValueTheBackendWrote) {
   ex.run(plan, feeds, [&](const std::string& h, const sonde::TensorView& v) { seen[h].assign(v.as<float>(), v.as<float>() + 3); });
   EXPECT_EQ(seen["a"], (std::vector<float>{10.5f, 20.5f, 30.5f}));
   EXPECT_EQ(seen["b"], (std::vector<float>{105.25f, 205.25f, 305.25f}));
+}
+
+// x feeds four Linears. "a" and "b" read nothing computed besides x and run together, at a's
+// step; "c" (its bias is computed) and "d" (on the reference backend) run on their own. Hooks
+// still arrive in graph order, each with its own node's value.
+TEST_F(Fixture, LinearsSharingTheirInputRunAsSiblingsAtTheFirstOnesStep) {
+  std::map<std::string, std::vector<float>> w{{"wa", std::vector<float>(6)}, {"wb", std::vector<float>(12)},
+                                             {"wc", std::vector<float>(6)}, {"wd", std::vector<float>(6)},
+                                             {"bias", std::vector<float>(2)}};
+  const auto view = [&](const std::string& n) {
+    const std::int64_t rows = static_cast<std::int64_t>(w.at(n).size()) / 3;
+    return n == "bias" ? sonde::TensorView(w.at(n).data(), sonde::DType::f32, sonde::Shape{2})
+                       : sonde::TensorView(w.at(n).data(), sonde::DType::f32, sonde::Shape{rows, 3});
+  };
+  sonde::GraphBuilder b(view);
+  auto x = b.input("x", sonde::DType::f32, sonde::Shape{1, 3});
+  auto a = b.name(b.linear(x, b.weight("wa")), "a");
+  auto s = b.name(b.add(a, a), "s");
+  auto bias2 = b.name(b.add(b.weight("bias"), b.weight("bias")), "bias2");
+  auto c = b.name(b.linear(x, b.weight("wc"), bias2), "c");
+  auto bl = b.name(b.linear(x, b.weight("wb")), "b");
+  auto d = b.name(b.linear(x, b.weight("wd")), "d");
+  b.output("s", s);
+  b.output("c", c);
+  b.output("b", bl);
+  b.output("d", d);
+  const auto g = b.finish();
+
+  ON_CALL(primary, supports(_, _)).WillByDefault([](const sonde::Node& n, std::span<const sonde::DType>) { return n.name() != "d"; });
+  ON_CALL(primary, weight(_)).WillByDefault(view);
+  std::vector<std::string> calls;
+  const auto fill = [&](const sonde::Node& n, const sonde::TensorView& out) {
+    calls.push_back(n.name());
+    for (std::int64_t i = 0; i < out.numel(); ++i) out.as<float>()[i] = static_cast<float>(n.name()[0]) + static_cast<float>(i);
+  };
+  ON_CALL(primary, run(_, _, _)).WillByDefault([&](const sonde::Node& n, std::span<const sonde::TensorView>, const sonde::TensorView& out) { fill(n, out); });
+  ON_CALL(reference, run(_, _, _)).WillByDefault([&](const sonde::Node& n, std::span<const sonde::TensorView>, const sonde::TensorView& out) { fill(n, out); });
+  EXPECT_CALL(primary, run_siblings(_, _, _))
+      .WillOnce([&](std::span<const sonde::Node* const> nodes, std::span<const std::vector<sonde::TensorView>> ins,
+                    std::span<const sonde::TensorView> outs) {
+        ASSERT_EQ(nodes.size(), 2u);
+        calls.push_back("siblings");
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+          ASSERT_EQ(ins[i].size(), 2u);
+          EXPECT_EQ(ins[i][0].data, feeds.at("x").data) << "x";
+          EXPECT_EQ(ins[i][1].data, view(i == 0 ? "wa" : "wb").data) << "the weight, resolved ahead of its own step";
+          fill(*nodes[i], outs[i]);
+        }
+      });
+
+  sonde::Executor ex(primary, reference);
+  const auto plan = ex.plan(g, {"s", "c", "b", "d"}, [](const std::string& h) { return h == "a" || h == "s" || h == "b"; });
+  ASSERT_EQ(plan.siblings.size(), 1u);
+  EXPECT_EQ(plan.siblings[0], (std::vector<int>{a.id, bl.id}));
+  std::vector<std::pair<std::string, float>> tapped;
+  const auto out = ex.run(plan, feeds, [&](const std::string& h, const sonde::TensorView& v) { tapped.emplace_back(h, v.as<float>()[1]); });
+  EXPECT_EQ(calls, (std::vector<std::string>{"siblings", "a", "b", "s", "bias2", "c", "d"}));
+  const std::vector<std::pair<std::string, float>> want{{"a", 'a' + 1.0f}, {"s", 's' + 1.0f}, {"b", 'b' + 1.0f}};
+  EXPECT_EQ(tapped, want);
+  EXPECT_EQ(out.at("b").data<float>()[3], 'b' + 3.0f);
+  EXPECT_EQ(out.at("d").data<float>()[0], 'd' + 0.0f);
 }
 
 TEST_F(Fixture, MissingOrMisshapenFeedIsAnError) {

@@ -53,6 +53,14 @@ class Backend : public Plugin {
   }
   // Output buffers are allocated by the executor (host memory, contiguous).
   virtual void run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) = 0;
+  // Linear nodes that read the same activation and otherwise only weights (a layer's q, k and v
+  // projections; gate and up), handed over together so a backend can stream all their weights
+  // in one parallel region. Each output must be exactly what run() makes of its node; by
+  // default they are run one by one.
+  virtual void run_siblings(std::span<const Node* const> nodes, std::span<const std::vector<TensorView>> inputs,
+                            std::span<const TensorView> outs) {
+    for (std::size_t i = 0; i < nodes.size(); ++i) run(*nodes[i], inputs[i], outs[i]);
+  }
   virtual void sync() {}
   virtual ProcessGroup* process_group() { return nullptr; }
 };

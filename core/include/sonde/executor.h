@@ -20,6 +20,10 @@ struct Plan {
   std::vector<std::vector<std::string>> taps;      // per node: hook names delivered
   std::vector<std::string> outputs;
   std::vector<std::string> fallbacks;              // "Attention -> reference" notes
+  // Linears of one backend reading the same activation and otherwise only weights (q/k/v,
+  // gate/up): all run through Backend::run_siblings at the first one's step.
+  std::vector<std::vector<int>> siblings;          // node ids, in order
+  std::vector<int> sibling_group;                  // per node: index into `siblings`, or -1
 };
 
 class Executor {
