@@ -10,7 +10,12 @@
 
 namespace sonde {
 
-Executor::Executor(Backend& primary, Backend& reference) : primary_(primary), reference_(reference) {}
+// Holds what a decode step or a prefill of a few hundred tokens frees; the logits of a long
+// prefill (600 KB per token on Qwen2.5) are let go.
+constexpr std::size_t kKeptBufferBytes = std::size_t{256} << 20;
+
+Executor::Executor(Backend& primary, Backend& reference)
+    : primary_(primary), reference_(reference), buffers_(kKeptBufferBytes) {}
 
 namespace {
 
@@ -120,7 +125,7 @@ std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::s
     return ins;
   };
   const auto allocate = [&](std::size_t i) {
-    owned[i] = Tensor(g.nodes[i].dtype, g.nodes[i].shape);
+    owned[i] = buffers_.take(g.nodes[i].dtype, g.nodes[i].shape);
     value[i] = owned[i].view();
     ready[i] = 1;
   };

@@ -90,6 +90,13 @@ Tensor::Tensor(DType dtype, const Shape& shape) {
   view_ = TensorView(p, dtype, shape);
 }
 
+Tensor Tensor::adopt(std::shared_ptr<std::byte> buf, DType dtype, const Shape& shape) {
+  Tensor t;
+  t.view_ = TensorView(buf.get(), dtype, shape);
+  t.buf_ = std::move(buf);
+  return t;
+}
+
 Tensor Tensor::copy_of(const TensorView& v) {
   Tensor t(v.dtype, v.shape);
   if (v.contiguous()) {

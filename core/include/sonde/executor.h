@@ -3,6 +3,7 @@
 // nodes are tapped), then runs it. Nodes nobody needs are not computed: with no logits wanted,
 // layers after the last tapped hook are skipped.
 #include <sonde/backend.h>
+#include <sonde/buffer_pool.h>
 #include <sonde/graph.h>
 
 #include <functional>
@@ -41,6 +42,7 @@ class Executor {
  private:
   Backend& primary_;
   Backend& reference_;
+  mutable BufferPool buffers_;  // every node's output; run() is const, the pool locks
 };
 
 }  // namespace sonde

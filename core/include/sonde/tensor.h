@@ -60,6 +60,8 @@ class Tensor {
   template <typename T> const T* data() const { return view_.as<const T>(); }
   bool empty() const { return !buf_; }
   static Tensor copy_of(const TensorView& v);  // contiguous copy
+  // A tensor over `buf` (64-byte aligned, at least shape.numel() elements), as BufferPool hands out.
+  static Tensor adopt(std::shared_ptr<std::byte> buf, DType dtype, const Shape& shape);
 
  private:
   std::shared_ptr<std::byte> buf_;
