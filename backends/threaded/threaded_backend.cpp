@@ -170,9 +170,9 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
 }
 
 // Streaming Linears (few x rows) whose weights are read natively go through one parallel region:
-// q/k/v as separate regions started and drained three times per layer, and k and v (256 KB each
-// on qwen2.5-0.5b) were too small to reach the streaming rate on their own. Anything else runs
-// node by node.
+// as separate regions q/k/v wake and drain the pool three times per layer, and k and v (256 KB
+// each on qwen2.5-0.5b) are too small to reach the streaming rate on their own. Anything else
+// runs node by node.
 void ThreadedBackend::run_siblings(std::span<const Node* const> nodes, std::span<const std::vector<TensorView>> inputs,
                                    std::span<const TensorView> outs) {
   bool together = true;
