@@ -61,6 +61,7 @@ Plan Executor::plan(const Graph& g, const std::vector<std::string>& outputs, con
   p.backend.assign(n, nullptr);
   p.last_use.assign(n, -1);
   p.taps.resize(n);
+  p.weights.resize(n);
 
   std::vector<bool> needed(n, false);
   for (const auto& name : outputs) {
@@ -84,6 +85,7 @@ Plan Executor::plan(const Graph& g, const std::vector<std::string>& outputs, con
     const Node& node = g.nodes[i];
     for (int in : node.inputs) p.last_use[static_cast<std::size_t>(in)] = static_cast<int>(p.order.size());
     p.order.push_back(static_cast<int>(i));
+    if (node.op == OpKind::Weight) p.weights[i] = primary_.weight(node.params.ref);
     if (node.op == OpKind::Input || node.op == OpKind::Weight) continue;
     const auto dtypes = input_dtypes(g, node);
     if (primary_.supports(node, dtypes)) {
@@ -115,12 +117,12 @@ std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::s
   std::vector<TensorView> value(g.nodes.size());
   std::vector<char> ready(g.nodes.size(), 0);  // weights and sibling Linears may be ready early
   const auto resolve_weight = [&](std::size_t i) {
-    if (!ready[i]) value[i] = primary_.weight(g.nodes[i].params.ref);
+    value[i] = p.weights[i];
     ready[i] = 1;
   };
-  const auto inputs_of = [&](const Node& node) {
-    std::vector<TensorView> ins;
-    ins.reserve(node.inputs.size());
+  std::vector<TensorView> ins;  // one node's inputs, reused
+  const auto inputs_of = [&](const Node& node) -> const std::vector<TensorView>& {
+    ins.clear();
     for (int in : node.inputs) ins.push_back(value[static_cast<std::size_t>(in)]);
     return ins;
   };
@@ -147,17 +149,17 @@ std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::s
     } else if (const int group = p.sibling_group[i]; group >= 0) {
       const auto& members = p.siblings[static_cast<std::size_t>(group)];
       std::vector<const Node*> nodes;
-      std::vector<std::vector<TensorView>> ins;
+      std::vector<std::vector<TensorView>> sibling_ins;
       std::vector<TensorView> outs;
       for (int m : members) {
         const Node& sibling = g.nodes[static_cast<std::size_t>(m)];
         for (std::size_t k = 1; k < sibling.inputs.size(); ++k) resolve_weight(static_cast<std::size_t>(sibling.inputs[k]));
         allocate(static_cast<std::size_t>(m));
         nodes.push_back(&sibling);
-        ins.push_back(inputs_of(sibling));
+        sibling_ins.push_back(inputs_of(sibling));
         outs.push_back(value[static_cast<std::size_t>(m)]);
       }
-      p.backend[i]->run_siblings(nodes, ins, outs);
+      p.backend[i]->run_siblings(nodes, sibling_ins, outs);
     } else {
       allocate(i);
       p.backend[i]->run(node, inputs_of(node), value[i]);

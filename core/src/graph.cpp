@@ -42,11 +42,6 @@ std::optional<int> Graph::output(std::string_view name) const {
 
 GraphBuilder::GraphBuilder(WeightLookup weights) : weights_(std::move(weights)) {}
 
-GraphBuilder::Ref GraphBuilder::push(Node n) {
-  g_.nodes.push_back(std::move(n));
-  return Ref{static_cast<int>(g_.nodes.size()) - 1};
-}
-
 const Node& GraphBuilder::node(Ref r) const {
   if (r.id < 0 || static_cast<std::size_t>(r.id) >= g_.nodes.size()) runtime_error("graph: invalid node reference {}", r.id);
   return g_.nodes[static_cast<std::size_t>(r.id)];
@@ -55,22 +50,110 @@ const Node& GraphBuilder::node(Ref r) const {
 const Shape& GraphBuilder::shape(Ref r) const { return node(r).shape; }
 
 namespace {
-Node make(OpKind op, std::vector<int> inputs, const Shape& shape, DType dtype = DType::f32) {
+
+Node make(OpKind op, std::vector<int> inputs) {
   Node n;
   n.op = op;
   n.inputs = std::move(inputs);
-  n.shape = shape;
-  n.dtype = dtype;
   return n;
 }
 
 [[noreturn]] void shape_error(OpKind op, const std::string& what, const Shape& a, const Shape& b) {
   runtime_error("graph: {}: {} ({} vs {})", op_name(op), what, a.str(), b.str());
 }
+
+// Sets n.shape and n.dtype from its inputs (earlier nodes) and params, or throws naming the op.
+// Input and Weight nodes carry their own. Shared by the builder and Graph::infer_shapes.
+void infer(const std::vector<Node>& nodes, Node& n) {
+  const auto in = [&](std::size_t i) -> const Node& { return nodes[static_cast<std::size_t>(n.inputs[i])]; };
+  if (n.op == OpKind::Input || n.op == OpKind::Weight) return;
+  n.dtype = DType::f32;
+  switch (n.op) {
+    case OpKind::Embedding: {
+      const Shape &t = in(0).shape, &i = in(1).shape;
+      if (t.rank != 2 || i.rank != 2) shape_error(n.op, "expects table [V,H] and ids [B,T]", t, i);
+      n.shape = Shape{i[0], i[1], t[1]};
+      return;
+    }
+    case OpKind::RmsNorm: {
+      const Shape &xs = in(0).shape, &ws = in(1).shape;
+      if (ws.rank != 1 || ws[0] != xs.last()) shape_error(n.op, "weight must be [H] of the last dim", xs, ws);
+      n.shape = xs;
+      return;
+    }
+    case OpKind::Linear: {
+      const Shape &xs = in(0).shape, &ws = in(1).shape;
+      if (ws.rank != 2 || ws[1] != xs.last()) shape_error(n.op, "weight must be [N, K] with K the input's last dim", xs, ws);
+      if (n.inputs.size() > 2 && (in(2).shape.rank != 1 || in(2).shape[0] != ws[0]))
+        shape_error(n.op, "bias must be [N]", ws, in(2).shape);
+      n.shape = xs;
+      n.shape[n.shape.rank - 1] = ws[0];
+      return;
+    }
+    case OpKind::Reshape:
+      if (n.params.shape.numel() != in(0).shape.numel()) shape_error(n.op, "element count differs", in(0).shape, n.params.shape);
+      n.shape = n.params.shape;
+      n.dtype = in(0).dtype;
+      return;
+    case OpKind::Rope: {
+      const Shape &xs = in(0).shape, &ps = in(1).shape;
+      if (xs.rank != 4 || ps.rank != 2 || xs[0] != ps[0] || xs[1] != ps[1] || xs[3] % 2)
+        shape_error(n.op, "expects x [B,T,h,d] with even d and positions [B,T]", xs, ps);
+      n.shape = xs;
+      return;
+    }
+    case OpKind::Attention:
+    case OpKind::AttentionPattern: {
+      const Shape &qs = in(0).shape, &ks = in(1).shape;
+      if (qs.rank != 4 || ks.rank != 4 || in(2).shape != ks || qs[0] != ks[0] || qs[3] != ks[3] || ks[2] == 0 ||
+          qs[2] % ks[2] != 0 || ks[1] < qs[1])
+        shape_error(n.op, "expects q [B,T,nh,d], k and v [B,S,nkv,d] with nkv dividing nh and S >= T", qs, ks);
+      if (n.inputs.size() > 3 && (in(3).shape.rank != 2 || in(3).shape[0] != ks[0] || in(3).shape[1] != ks[1]))
+        shape_error(n.op, "mask must be [B,S]", ks, in(3).shape);
+      n.shape = n.op == OpKind::Attention ? qs : Shape{qs[0], qs[1], qs[2], ks[1]};
+      return;
+    }
+    case OpKind::Add:
+    case OpKind::SiluMul:
+      if (in(0).shape != in(1).shape) shape_error(n.op, "shapes differ", in(0).shape, in(1).shape);
+      n.shape = in(0).shape;
+      return;
+    case OpKind::Concat: {
+      const Shape &as = in(0).shape, &bs = in(1).shape;
+      bool same = as.rank == bs.rank && as.rank >= 2 && in(0).dtype == in(1).dtype;
+      for (int i = 0; same && i < as.rank; ++i) same = i == 1 || as[i] == bs[i];
+      if (!same) shape_error(n.op, "expects equal dtypes and shapes except dim 1", as, bs);
+      n.shape = as;
+      n.shape[1] = as[1] + bs[1];
+      n.dtype = in(0).dtype;
+      return;
+    }
+    case OpKind::Input:
+    case OpKind::Weight:
+    case OpKind::Count: break;
+  }
+  runtime_error("graph: no shape rule for op {}", static_cast<int>(n.op));
+}
+
 }  // namespace
 
+void Graph::reshape_inputs(const std::function<void(const std::string& ref, Shape& shape)>& edit) {
+  for (auto& n : nodes)
+    if (n.op == OpKind::Input) edit(n.params.ref, n.shape);
+  for (auto& n : nodes) infer(nodes, n);
+}
+
+GraphBuilder::Ref GraphBuilder::push(Node n) {
+  for (int i : n.inputs) node(Ref{i});
+  infer(g_.nodes, n);
+  g_.nodes.push_back(std::move(n));
+  return Ref{static_cast<int>(g_.nodes.size()) - 1};
+}
+
 GraphBuilder::Ref GraphBuilder::input(const std::string& ref, DType dtype, const Shape& shape) {
-  Node n = make(OpKind::Input, {}, shape, dtype);
+  Node n = make(OpKind::Input, {});
+  n.shape = shape;
+  n.dtype = dtype;
   n.params.ref = ref;
   n.names.push_back("input." + ref);
   used_names_.insert(n.names.back());
@@ -79,107 +162,61 @@ GraphBuilder::Ref GraphBuilder::input(const std::string& ref, DType dtype, const
 
 GraphBuilder::Ref GraphBuilder::weight(const std::string& name) {
   const TensorView w = weights_(name);
-  Node n = make(OpKind::Weight, {}, w.shape, w.dtype);
+  Node n = make(OpKind::Weight, {});
+  n.shape = w.shape;
+  n.dtype = w.dtype;
   n.params.ref = name;
   n.names.push_back(name);
   return push(std::move(n));
 }
 
-GraphBuilder::Ref GraphBuilder::embedding(Ref table, Ref ids) {
-  const Shape& t = shape(table);
-  const Shape& i = shape(ids);
-  if (t.rank != 2 || i.rank != 2) shape_error(OpKind::Embedding, "expects table [V,H] and ids [B,T]", t, i);
-  return push(make(OpKind::Embedding, {table.id, ids.id}, Shape{i[0], i[1], t[1]}));
-}
+GraphBuilder::Ref GraphBuilder::embedding(Ref table, Ref ids) { return push(make(OpKind::Embedding, {table.id, ids.id})); }
 
 GraphBuilder::Ref GraphBuilder::rms_norm(Ref x, Ref w, float eps) {
-  const Shape& xs = shape(x);
-  const Shape& ws = shape(w);
-  if (ws.rank != 1 || ws[0] != xs.last()) shape_error(OpKind::RmsNorm, "weight must be [H] of the last dim", xs, ws);
-  Node n = make(OpKind::RmsNorm, {x.id, w.id}, xs);
+  Node n = make(OpKind::RmsNorm, {x.id, w.id});
   n.params.eps = eps;
   return push(std::move(n));
 }
 
 GraphBuilder::Ref GraphBuilder::linear(Ref x, Ref w, std::optional<Ref> bias) {
-  const Shape& xs = shape(x);
-  const Shape& ws = shape(w);
-  if (ws.rank != 2 || ws[1] != xs.last()) shape_error(OpKind::Linear, "weight must be [N, K] with K the input's last dim", xs, ws);
   std::vector<int> in{x.id, w.id};
-  if (bias) {
-    const Shape& bs = shape(*bias);
-    if (bs.rank != 1 || bs[0] != ws[0]) shape_error(OpKind::Linear, "bias must be [N]", ws, bs);
-    in.push_back(bias->id);
-  }
-  Shape out = xs;
-  out[out.rank - 1] = ws[0];
-  return push(make(OpKind::Linear, std::move(in), out));
+  if (bias) in.push_back(bias->id);
+  return push(make(OpKind::Linear, std::move(in)));
 }
 
 GraphBuilder::Ref GraphBuilder::reshape(Ref x, const Shape& s) {
-  if (s.numel() != shape(x).numel()) shape_error(OpKind::Reshape, "element count differs", shape(x), s);
-  Node n = make(OpKind::Reshape, {x.id}, s, node(x).dtype);
+  Node n = make(OpKind::Reshape, {x.id});
   n.params.shape = s;
   return push(std::move(n));
 }
 
 GraphBuilder::Ref GraphBuilder::rope(Ref x, Ref positions, double theta) {
-  const Shape& xs = shape(x);
-  const Shape& ps = shape(positions);
-  if (xs.rank != 4 || ps.rank != 2 || xs[0] != ps[0] || xs[1] != ps[1] || xs[3] % 2)
-    shape_error(OpKind::Rope, "expects x [B,T,h,d] with even d and positions [B,T]", xs, ps);
-  Node n = make(OpKind::Rope, {x.id, positions.id}, xs);
+  Node n = make(OpKind::Rope, {x.id, positions.id});
   n.params.theta = theta;
   return push(std::move(n));
 }
 
 GraphBuilder::Ref GraphBuilder::attention(Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal) {
-  const Shape& qs = shape(q);
-  const Shape& ks = shape(k);
-  if (qs.rank != 4 || ks.rank != 4 || shape(v) != ks || qs[0] != ks[0] || qs[3] != ks[3] || ks[2] == 0 ||
-      qs[2] % ks[2] != 0 || ks[1] < qs[1])
-    shape_error(OpKind::Attention, "expects q [B,T,nh,d], k and v [B,S,nkv,d] with nkv dividing nh and S >= T", qs, ks);
+  return attention_like(OpKind::Attention, q, k, v, mask, causal);
+}
+
+GraphBuilder::Ref GraphBuilder::attention_pattern(Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal) {
+  return attention_like(OpKind::AttentionPattern, q, k, v, mask, causal);
+}
+
+GraphBuilder::Ref GraphBuilder::attention_like(OpKind op, Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal) {
   std::vector<int> in{q.id, k.id, v.id};
-  if (mask) {
-    const Shape& ms = shape(*mask);
-    if (ms.rank != 2 || ms[0] != ks[0] || ms[1] != ks[1]) shape_error(OpKind::Attention, "mask must be [B,S]", ks, ms);
-    in.push_back(mask->id);
-  }
-  Node n = make(OpKind::Attention, std::move(in), qs);
+  if (mask) in.push_back(mask->id);
+  Node n = make(op, std::move(in));
   n.params.causal = causal;
   return push(std::move(n));
 }
 
-GraphBuilder::Ref GraphBuilder::attention_pattern(Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal) {
-  Ref a = attention(q, k, v, mask, causal);  // same checks and inputs; replaced below
-  Node& n = g_.nodes[static_cast<std::size_t>(a.id)];
-  n.op = OpKind::AttentionPattern;
-  n.shape = Shape{shape(q)[0], shape(q)[1], shape(q)[2], shape(k)[1]};
-  return a;
-}
+GraphBuilder::Ref GraphBuilder::add(Ref a, Ref b) { return push(make(OpKind::Add, {a.id, b.id})); }
 
-GraphBuilder::Ref GraphBuilder::add(Ref a, Ref b) {
-  if (shape(a) != shape(b)) shape_error(OpKind::Add, "shapes differ", shape(a), shape(b));
-  return push(make(OpKind::Add, {a.id, b.id}, shape(a)));
-}
+GraphBuilder::Ref GraphBuilder::silu_mul(Ref gate, Ref up) { return push(make(OpKind::SiluMul, {gate.id, up.id})); }
 
-GraphBuilder::Ref GraphBuilder::silu_mul(Ref gate, Ref up) {
-  if (shape(gate) != shape(up)) shape_error(OpKind::SiluMul, "shapes differ", shape(gate), shape(up));
-  return push(make(OpKind::SiluMul, {gate.id, up.id}, shape(gate)));
-}
-
-GraphBuilder::Ref GraphBuilder::concat1(Ref a, Ref b) {
-  const Shape& as = shape(a);
-  const Shape& bs = shape(b);
-  bool same = as.rank == bs.rank && as.rank >= 2 && node(a).dtype == node(b).dtype;
-  for (int i = 0; same && i < as.rank; ++i) same = i == 1 || as[i] == bs[i];
-  if (!same) shape_error(OpKind::Concat, "expects equal dtypes and shapes except dim 1", as, bs);
-  Shape out = as;
-  out[1] = as[1] + bs[1];
-  Node n = make(OpKind::Concat, {a.id, b.id}, out);
-  n.dtype = node(a).dtype;
-  return push(std::move(n));
-}
+GraphBuilder::Ref GraphBuilder::concat1(Ref a, Ref b) { return push(make(OpKind::Concat, {a.id, b.id})); }
 
 GraphBuilder::Ref GraphBuilder::name(Ref r, const std::string& n) {
   if (!used_names_.insert(n).second) runtime_error("graph: the name '{}' is used twice", n);

@@ -4,6 +4,8 @@
 #include <sonde/registry.h>
 #include <sonde/session.h>
 
+#include "plan_cache.h"
+
 namespace sonde {
 
 Session::~Session() = default;
@@ -25,6 +27,13 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
   s->reference_->init(BackendOptions{1});
   s->model_->load(*s->weights_, *s->backend_);
   s->executor_ = std::make_unique<Executor>(*s->backend_, *s->reference_);
+  s->plans_ = std::make_unique<PlanCache>();
+  for (std::int64_t i = 0; i < s->config_.num_hidden_layers; ++i) {
+    s->past_k_.push_back(fmt::format("past_k.{}", i));
+    s->past_v_.push_back(fmt::format("past_v.{}", i));
+    s->kv_hooks_[fmt::format("blocks.{}.attn.hook_rot_k", i)] = {static_cast<std::size_t>(i), false};
+    s->kv_hooks_[fmt::format("blocks.{}.attn.hook_v", i)] = {static_cast<std::size_t>(i), true};
+  }
   spdlog::debug("loaded {} ({}) from {} on backend {}", s->config_.model_type, s->model_->info().arch,
                 s->dir_.string(), s->backend_->info().name);
   return s;
@@ -58,13 +67,17 @@ Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set
   if (!in.mask.empty() && static_cast<std::int64_t>(in.mask.size()) != n)
     runtime_error("forward: {} mask entries for {} ids", in.mask.size(), n);
 
-  BatchShape shape{in.batch, in.tokens, !in.mask.empty(), need_logits};
-  GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
-  model_->build(shape, b);
-  const Graph g = b.finish();
-  std::vector<std::string> outputs;
-  if (need_logits) outputs.push_back("logits");
-  const Plan plan = executor_->plan(g, outputs, [&](const std::string& h) { return taps.count(h) > 0; });
+  const PlanKey key{false, in.batch, in.tokens, !in.mask.empty(), need_logits, false};
+  const Plan& plan = plans_->get(key, taps, [&] {
+    auto pg = std::make_unique<PlannedGraph>();
+    GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
+    model_->build(BatchShape{in.batch, in.tokens, !in.mask.empty(), need_logits}, b);
+    pg->graph = b.finish();
+    std::vector<std::string> outputs;
+    if (need_logits) outputs.push_back("logits");
+    pg->plan = executor_->plan(pg->graph, outputs, [&](const std::string& h) { return taps.count(h) > 0; });
+    return pg;
+  }).plan;
 
   const Shape bt{in.batch, in.tokens};
   std::map<std::string, TensorView> feeds{
@@ -75,5 +88,7 @@ Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set
   auto out = executor_->run(plan, feeds, tap);
   return need_logits ? out.at("logits") : Tensor();
 }
+
+std::int64_t Session::graphs_built() const { return plans_->made(); }
 
 }  // namespace sonde

@@ -4,6 +4,8 @@
 #include <sonde/error.h>
 #include <sonde/session.h>
 
+#include "plan_cache.h"
+
 #include <cstring>
 
 namespace sonde {
@@ -39,12 +41,25 @@ KvCache Session::new_kv_cache(std::int64_t batch, std::int64_t capacity) const {
   return c;
 }
 
+// The graph of an earlier call alike but for its past length, now for `past` slots: the cached
+// K/V inputs and the mask grow, and every shape after them follows.
+void Session::reshape_past(PlannedGraph& pg, const ForwardInput& in, std::int64_t past) const {
+  const std::int64_t d = config_.head_dim ? config_.head_dim : config_.hidden_size / config_.num_attention_heads;
+  const Shape kv{in.batch, past, config_.num_key_value_heads, d};
+  pg.past = -1;  // a throw below leaves shapes half done; the next call redoes them
+  pg.graph.reshape_inputs([&](const std::string& ref, Shape& shape) {
+    if (ref.starts_with("past_k.") || ref.starts_with("past_v.")) shape = kv;
+    if (ref == "mask") shape = Shape{in.batch, past + in.tokens};
+  });
+  pg.past = past;
+}
+
 Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache) { return forward_cached(in, cache, {}, {}); }
 
 Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std::set<std::string>& taps,
                                const Executor::Tap& tap, bool need_logits) {
   check_ids(in);
-  const std::int64_t P = cache.filled, T = in.tokens, L = config_.num_hidden_layers;
+  const std::int64_t P = cache.filled, T = in.tokens;
   if (in.batch != cache.batch) runtime_error("forward_cached: batch {} but the cache holds {}", in.batch, cache.batch);
   if (P + T > cache.capacity) runtime_error("forward_cached: {} + {} slots exceed the cache capacity {}", P, T, cache.capacity);
   if (static_cast<std::int64_t>(in.positions.size()) != in.batch * T)
@@ -52,19 +67,17 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   if (!in.mask.empty() && static_cast<std::int64_t>(in.mask.size()) != in.batch * (P + T))
     runtime_error("forward_cached: {} mask entries for {} keys", in.mask.size(), in.batch * (P + T));
 
-  BatchShape shape{in.batch, T, !in.mask.empty(), need_logits, P};
-  GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
-  model_->build(shape, b);
-  const Graph g = b.finish();
-  // Which tapped hook fills which cache buffer.
-  std::map<std::string, Tensor*> fills;
-  for (std::int64_t i = 0; i < L; ++i) {
-    fills[fmt::format("blocks.{}.attn.hook_rot_k", i)] = &cache.k[static_cast<std::size_t>(i)];
-    fills[fmt::format("blocks.{}.attn.hook_v", i)] = &cache.v[static_cast<std::size_t>(i)];
-  }
-  const Plan plan =
-      executor_->plan(g, need_logits ? std::vector<std::string>{"logits"} : std::vector<std::string>{},
-                      [&](const std::string& h) { return fills.count(h) > 0 || taps.count(h) > 0; });
+  PlannedGraph& pg = plans_->get(PlanKey{true, in.batch, T, !in.mask.empty(), need_logits, P > 0}, taps, [&] {
+    auto made = std::make_unique<PlannedGraph>();
+    GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
+    model_->build(BatchShape{in.batch, T, !in.mask.empty(), need_logits, P}, b);
+    made->graph = b.finish();
+    made->plan = executor_->plan(made->graph, need_logits ? std::vector<std::string>{"logits"} : std::vector<std::string>{},
+                                 [&](const std::string& h) { return kv_hooks_.count(h) > 0 || taps.count(h) > 0; });
+    made->past = P;
+    return made;
+  });
+  if (pg.past != P) reshape_past(pg, in, P);
 
   const Shape bt{in.batch, T};
   std::map<std::string, TensorView> feeds{
@@ -73,13 +86,15 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   };
   if (!in.mask.empty())
     feeds["mask"] = TensorView(const_cast<std::uint8_t*>(in.mask.data()), DType::u8, Shape{in.batch, P + T});
-  for (std::int64_t i = 0; P > 0 && i < L; ++i) {
-    feeds[fmt::format("past_k.{}", i)] = past_view(cache.k[static_cast<std::size_t>(i)], P);
-    feeds[fmt::format("past_v.{}", i)] = past_view(cache.v[static_cast<std::size_t>(i)], P);
+  for (std::size_t i = 0; P > 0 && i < past_k_.size(); ++i) {
+    feeds[past_k_[i]] = past_view(cache.k[i], P);
+    feeds[past_v_[i]] = past_view(cache.v[i], P);
   }
-  auto out = executor_->run(plan, feeds, [&](const std::string& hook, const TensorView& v) {
-    auto it = fills.find(hook);
-    if (it != fills.end()) append_rows(*it->second, v, P);
+  auto out = executor_->run(pg.plan, feeds, [&](const std::string& hook, const TensorView& v) {
+    if (auto it = kv_hooks_.find(hook); it != kv_hooks_.end()) {
+      const auto [layer, is_v] = it->second;
+      append_rows(is_v ? cache.v[layer] : cache.k[layer], v, P);
+    }
     if (tap && taps.count(hook)) tap(hook, v);
   });
   cache.filled = P + T;

@@ -99,6 +99,30 @@ TEST_F(Fixture, TapsSeeTheValueTheBackendWrote) {
   EXPECT_EQ(seen["b"], (std::vector<float>{105.25f, 205.25f, 305.25f}));
 }
 
+// A plan is reused after the graph's inputs change shape: the backends see the new shapes, the
+// outputs come back in them, and an input fed in the old shape is refused.
+TEST_F(Fixture, APlanRunsTheGraphAfterItsInputsChangeShape) {
+  ON_CALL(primary, supports(_, _)).WillByDefault(Return(true));
+  std::vector<sonde::Shape> seen;
+  ON_CALL(primary, run(_, _, _)).WillByDefault([&](const sonde::Node&, std::span<const sonde::TensorView> in, const sonde::TensorView& out) {
+    seen.push_back(out.shape);
+    for (std::int64_t i = 0; i < out.numel(); ++i) out.as<float>()[i] = in[0].as<float>()[i] + 1.0f;
+  });
+  auto g = chain();
+  sonde::Executor ex(primary, reference);
+  const auto plan = ex.plan(g, {"out"}, nullptr);
+  g.reshape_inputs([](const std::string& ref, sonde::Shape& s) {
+    if (ref == "x") s = sonde::Shape{2, 3};
+  });
+  EXPECT_EQ(g.nodes[static_cast<std::size_t>(*g.output("out"))].shape, (sonde::Shape{2, 3}));
+  EXPECT_THROW(ex.run(plan, feeds, nullptr), sonde::Error);  // x is [1, 3]: the old shape
+  std::vector<float> x2{1, 2, 3, 4, 5, 6};
+  const auto out = ex.run(plan, {{"x", sonde::TensorView(x2.data(), sonde::DType::f32, sonde::Shape{2, 3})}}, nullptr);
+  EXPECT_EQ(seen, (std::vector<sonde::Shape>{{2, 3}, {2, 3}}));
+  EXPECT_EQ(out.at("out").shape(), (sonde::Shape{2, 3}));
+  EXPECT_EQ(out.at("out").data<float>()[5], 8.0f);  // 6 + 1 + 1
+}
+
 // x feeds four Linears. "a" and "b" read nothing computed besides x and run together, at a's
 // step; "c" (its bias is computed) and "d" (on the reference backend) run on their own. Hooks
 // still arrive in graph order, each with its own node's value.
@@ -200,6 +224,16 @@ TEST(GraphBuilder, InfersShapesAndRejectsMismatches) {
   EXPECT_THROW(b.name(x, "proj"), sonde::Error);                     // names are unique
   auto g = b.finish();
   EXPECT_EQ(g.find("proj"), std::optional<int>(y.id));
+  // The same rules hold when the input changes shape later.
+  g.reshape_inputs([](const std::string&, sonde::Shape& s) { s = sonde::Shape{1, 10, 4}; });  // heads: still 120
+  EXPECT_EQ(g.nodes[static_cast<std::size_t>(y.id)].shape, (sonde::Shape{1, 10, 12}));
+  try {
+    g.reshape_inputs([](const std::string&, sonde::Shape& s) { s = sonde::Shape{7, 5}; });
+    FAIL() << "a K of 5 against the weight's 4 was accepted";
+  } catch (const sonde::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("Linear"));
+    EXPECT_THAT(e.what(), HasSubstr("[7, 5]"));
+  }
 }
 
 }  // namespace

@@ -38,7 +38,8 @@ class Backend : public Plugin {
  public:
   virtual void init(const BackendOptions& options) = 0;
   virtual BackendInfo info() const = 0;
-  // Whether run() handles this node with these input dtypes.
+  // Whether run() handles this node with these input dtypes. Decided by op and dtypes, not by
+  // shapes: a plan is reused when a graph's shapes change.
   virtual bool supports(const Node& node, std::span<const DType> input_dtypes) const = 0;
   // Takes a weight; the backend may keep the view (zero copy) or convert it. The returned view
   // stays valid while the backend lives and is what Weight nodes resolve to.

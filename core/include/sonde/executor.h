@@ -1,6 +1,8 @@
 #pragma once
 // Plans a graph once (which nodes are needed, which backend runs each, when buffers die, which
-// nodes are tapped), then runs it. Nodes nobody needs are not computed: with no logits wanted,
+// nodes are tapped, which weight each Weight node reads), then runs it, as often as wanted: a
+// plan stays valid when the graph's shapes change (Graph::infer_shapes), since backends choose
+// by op and dtypes only. Nodes nobody needs are not computed: with no logits wanted,
 // layers after the last tapped hook are skipped.
 #include <sonde/backend.h>
 #include <sonde/buffer_pool.h>
@@ -21,6 +23,7 @@ struct Plan {
   std::vector<std::vector<std::string>> taps;      // per node: hook names delivered
   std::vector<std::string> outputs;
   std::vector<std::string> fallbacks;              // "Attention -> reference" notes
+  std::vector<TensorView> weights;                 // per Weight node: the backend's view, fetched by name here
   // Linears of one backend reading the same activation and otherwise only weights (q/k/v,
   // gate/up): all run through Backend::run_siblings at the first one's step.
   std::vector<std::vector<int>> siblings;          // node ids, in order

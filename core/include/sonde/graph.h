@@ -55,6 +55,10 @@ struct Graph {
   std::vector<std::pair<std::string, int>> outputs;  // ("logits", node)
   std::optional<int> find(std::string_view name) const;  // by any of a node's names
   std::optional<int> output(std::string_view name) const;
+  // Lets `edit` change the shape of any Input node (it is shown each one's ref), then recomputes
+  // every other node's shape and checks it as the builder did: a graph reused for another past
+  // length. Throws a Runtime error naming the op whose inputs no longer fit.
+  void reshape_inputs(const std::function<void(const std::string& ref, Shape& shape)>& edit);
 };
 
 // Builds a graph with shape inference; every shape error is a Runtime error naming the node.
@@ -87,7 +91,8 @@ class GraphBuilder {
   Graph finish();
 
  private:
-  Ref push(Node n);
+  Ref push(Node n);  // infers the node's shape and dtype
+  Ref attention_like(OpKind op, Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal);
   const Node& node(Ref r) const;
   WeightLookup weights_;
   Graph g_;

@@ -64,7 +64,9 @@ class ModelPlugin : public Plugin {
   virtual std::vector<WeightSpec> weight_specs() const = 0;
   // Checks every tensor's presence, dtype and shape against the config, then uploads.
   virtual void load(const WeightSource& weights, Backend& backend) = 0;
-  // Builds the forward graph; outputs "logits" [B,T,V] when need_logits.
+  // Builds the forward graph; outputs "logits" [B,T,V] when need_logits. For past_tokens > 0 the
+  // nodes must not depend on past_tokens beyond the shapes of the past_k.* / past_v.* / mask
+  // Inputs: the session reuses the graph for the next past length (Graph::reshape_inputs).
   virtual void build(const BatchShape& shape, GraphBuilder& b) const = 0;
 };
 

@@ -7,12 +7,16 @@
 #include <sonde/safetensors.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 namespace sonde {
+
+class PlanCache;
+struct PlannedGraph;
 
 struct SessionOptions {
   std::string model;       // a directory or org/name in the local Hugging Face cache
@@ -66,8 +70,14 @@ class Session {
   Tensor forward_cached(const ForwardInput& in, KvCache& cache, const std::set<std::string>& taps,
                         const Executor::Tap& tap, bool need_logits = true);
 
+  // Graphs built and planned so far. Calls alike but for the past length (decode steps, diffusion
+  // steps) reuse the graph and plan of the first one: a decode run builds one for its prefill and
+  // one for all its steps.
+  std::int64_t graphs_built() const;
+
  private:
   void check_ids(const ForwardInput& in) const;
+  void reshape_past(PlannedGraph& pg, const ForwardInput& in, std::int64_t past) const;
   Session() = default;
   std::filesystem::path dir_;
   ModelConfig config_;
@@ -76,6 +86,9 @@ class Session {
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<Backend> reference_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<PlanCache> plans_;
+  std::vector<std::string> past_k_, past_v_;       // per layer: the graph inputs of the cached K/V
+  std::map<std::string, std::pair<std::size_t, bool>> kv_hooks_;  // hook -> (layer, is V)
 };
 
 }  // namespace sonde
