@@ -12,7 +12,9 @@
 //    the top half of an f32): more instructions than the shift/and split of one 64-byte load, but
 //    no shuffle of x, and it ran 30% faster from L1 and 3-5 points closer to the read from memory;
 //  - every row stream is prefetched kAhead bytes ahead; past the end of its row the prefetch runs
-//    on into the stream's next row, which is the next row in memory.
+//    on into the stream's next row, which is the next row in memory. The hint is non-temporal
+//    (each weight line is used once per token): 1-3% less time per qwen2.5-0.5b decode token than
+//    with T0 in 7 of 7 in-process A/B runs at 40-63 GB/s (a farther distance, 2 KB, was no better).
 // Summation order of one output: lane-wise over the steps of K in ascending order, then the two
 // accumulators added and the 16 lanes reduced. It depends only on K (not on R, M, n or threads).
 #include "kernels.h"
@@ -80,8 +82,8 @@ template <WType T, int M, int R> struct Block {
   inline void prefetch(const char* base, i64 stride, i64 off) const {
     for (int r = 0; r < R; ++r) {
       const char* p = base + r * stride + off + kAhead;
-      _mm_prefetch(p, _MM_HINT_T0);
-      if constexpr (esize<T>() == 4) _mm_prefetch(p + 64, _MM_HINT_T0);
+      _mm_prefetch(p, _MM_HINT_NTA);
+      if constexpr (esize<T>() == 4) _mm_prefetch(p + 64, _MM_HINT_NTA);
     }
   }
 
