@@ -63,7 +63,7 @@ Node make(OpKind op, std::vector<int> inputs) {
 }
 
 // Sets n.shape and n.dtype from its inputs (earlier nodes) and params, or throws naming the op.
-// Input and Weight nodes carry their own. Shared by the builder and Graph::infer_shapes.
+// Input and Weight nodes carry their own. Shared by the builder and Graph::reshape_inputs.
 void infer(const std::vector<Node>& nodes, Node& n) {
   const auto in = [&](std::size_t i) -> const Node& { return nodes[static_cast<std::size_t>(n.inputs[i])]; };
   if (n.op == OpKind::Input || n.op == OpKind::Weight) return;

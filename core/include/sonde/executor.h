@@ -1,7 +1,7 @@
 #pragma once
 // Plans a graph once (which nodes are needed, which backend runs each, when buffers die, which
 // nodes are tapped, which weight each Weight node reads), then runs it, as often as wanted: a
-// plan stays valid when the graph's shapes change (Graph::infer_shapes), since backends choose
+// plan stays valid when the graph's shapes change (Graph::reshape_inputs), since backends choose
 // by op and dtypes only. Nodes nobody needs are not computed: with no logits wanted,
 // layers after the last tapped hook are skipped.
 #include <sonde/backend.h>
