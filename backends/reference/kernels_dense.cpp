@@ -70,7 +70,8 @@ void silu_mul(const Node& n, ops::Inputs in, const TensorView& out) {
 
 namespace sonde::reference {
 
-// out[b] = a[b] followed by b[b]: row blocks copied as bytes (any dtype, no rounding).
+// out[b] = a[b] followed by b[b]: row blocks copied as bytes (any dtype, no rounding). When the
+// output is placed over a (the KV cache), a's block copies onto itself, byte by byte: harmless.
 void concat(const Node& n, ops::Inputs in, const TensorView& out) {
   const auto blk = ops::check_concat(n, in, out);
   const std::size_t es = dtype_size(out.dtype);

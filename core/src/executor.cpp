@@ -111,10 +111,18 @@ Plan Executor::plan(const Graph& g, const std::vector<std::string>& outputs, con
 }
 
 std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::string, TensorView>& feeds,
-                                            const Tap& tap) const {
+                                            const Tap& tap, std::span<const std::pair<int, TensorView>> placed) const {
   const Graph& g = *p.graph;
   std::vector<Tensor> owned(g.nodes.size());
   std::vector<TensorView> value(g.nodes.size());
+  std::vector<char> is_placed(g.nodes.size(), 0);
+  for (const auto& [id, view] : placed) {
+    const auto i = static_cast<std::size_t>(id);
+    if (i < g.nodes.size() && view.contiguous() && view.shape == g.nodes[i].shape && view.dtype == g.nodes[i].dtype) {
+      value[i] = view;
+      is_placed[i] = 1;
+    }
+  }
   std::vector<char> ready(g.nodes.size(), 0);  // weights and sibling Linears may be ready early
   const auto resolve_weight = [&](std::size_t i) {
     value[i] = p.weights[i];
@@ -127,8 +135,10 @@ std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::s
     return ins;
   };
   const auto allocate = [&](std::size_t i) {
-    owned[i] = buffers_.take(g.nodes[i].dtype, g.nodes[i].shape);
-    value[i] = owned[i].view();
+    if (!is_placed[i]) {
+      owned[i] = buffers_.take(g.nodes[i].dtype, g.nodes[i].shape);
+      value[i] = owned[i].view();
+    }
     ready[i] = 1;
   };
 

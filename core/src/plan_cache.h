@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace sonde {
 
@@ -26,6 +27,12 @@ struct PlannedGraph {
   Graph graph;
   Plan plan;                 // plan.graph points at `graph`
   std::int64_t past = 0;     // the past length the shapes are inferred for; -1 after a failure
+  struct KvConcat {
+    int node;                // Concat(past_k.{layer} or past_v.{layer}, this call's keys or values)
+    std::size_t layer;
+    bool is_v;
+  };
+  std::vector<KvConcat> kv_concats;  // written straight into the KV cache when it allows
 };
 
 class PlanCache {

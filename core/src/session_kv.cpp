@@ -29,6 +29,23 @@ TensorView past_view(const Tensor& cache, std::int64_t past) {
   return v;
 }
 
+// The Concat nodes that put a layer's cached keys (or values) before this call's.
+std::vector<PlannedGraph::KvConcat> kv_concats(const Graph& g, const std::vector<std::string>& past_k,
+                                               const std::vector<std::string>& past_v) {
+  std::map<int, std::pair<std::size_t, bool>> past;  // Input node -> (layer, is V)
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    for (std::size_t l = 0; l < past_k.size() && g.nodes[i].op == OpKind::Input; ++l) {
+      if (g.nodes[i].params.ref == past_k[l]) past[static_cast<int>(i)] = {l, false};
+      if (g.nodes[i].params.ref == past_v[l]) past[static_cast<int>(i)] = {l, true};
+    }
+  std::vector<PlannedGraph::KvConcat> out;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op == OpKind::Concat)
+      if (auto it = past.find(g.nodes[i].inputs[0]); it != past.end())
+        out.push_back({static_cast<int>(i), it->second.first, it->second.second});
+  return out;
+}
+
 }  // namespace
 
 KvCache Session::new_kv_cache(std::int64_t batch, std::int64_t capacity) const {
@@ -75,6 +92,7 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
     made->plan = executor_->plan(made->graph, need_logits ? std::vector<std::string>{"logits"} : std::vector<std::string>{},
                                  [&](const std::string& h) { return kv_hooks_.count(h) > 0 || taps.count(h) > 0; });
     made->past = P;
+    made->kv_concats = kv_concats(made->graph, past_k_, past_v_);
     return made;
   });
   if (pg.past != P) reshape_past(pg, in, P);
@@ -90,13 +108,19 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
     feeds[past_k_[i]] = past_view(cache.k[i], P);
     feeds[past_v_[i]] = past_view(cache.v[i], P);
   }
+  // Each layer's keys and values, past then new, are written where they belong: the cache's
+  // first P + T slots (the executor takes the view when it is contiguous, i.e. for one row), so
+  // the past is not copied again every step.
+  std::vector<std::pair<int, TensorView>> placed;
+  for (const auto& c : P > 0 ? pg.kv_concats : std::vector<PlannedGraph::KvConcat>{})
+    placed.emplace_back(c.node, past_view(c.is_v ? cache.v[c.layer] : cache.k[c.layer], P + T));
   auto out = executor_->run(pg.plan, feeds, [&](const std::string& hook, const TensorView& v) {
     if (auto it = kv_hooks_.find(hook); it != kv_hooks_.end()) {
       const auto [layer, is_v] = it->second;
       append_rows(is_v ? cache.v[layer] : cache.k[layer], v, P);
     }
     if (tap && taps.count(hook)) tap(hook, v);
-  });
+  }, placed);
   cache.filled = P + T;
   return need_logits ? out.at("logits") : Tensor();
 }

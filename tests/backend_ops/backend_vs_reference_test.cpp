@@ -143,6 +143,29 @@ TEST_P(BackendOps, Concat) {
     }
 }
 
+// A decode step's KV concat for one row is placed in the cache: the output buffer starts where
+// the past already is, so the kernel must leave those bytes alone (a memcpy onto itself is
+// undefined) and append the new rows after them. Every backend, against the plain concat.
+TEST_P(BackendOps, ConcatOverItsFirstInput) {
+  for (std::int64_t P : {1, 9})
+    for (std::int64_t T : {1, 3}) {
+      SCOPED_TRACE("P=" + std::to_string(P) + " T=" + std::to_string(T));
+      const Node node = make_node(OpKind::Concat, Shape{1, P + T, 2, 16});
+      const Tensor past = random_tensor(DType::f32, Shape{1, P, 2, 16}, 27), fresh = random_tensor(DType::f32, Shape{1, T, 2, 16}, 28);
+      const Tensor expected = run_on(*reference_, node, {{past}, {fresh}});
+      Tensor cache(DType::f32, Shape{1, P + T + 4, 2, 16});  // room to spare, as a cache has
+      std::memcpy(cache.data<float>(), past.data<float>(), static_cast<std::size_t>(past.view().nbytes()));
+      TensorView out = cache.view();
+      out.shape[1] = P + T;
+      TensorView in_place = out;
+      in_place.shape[1] = P;
+      const std::vector<TensorView> ins{in_place, fresh.view()};
+      backend_->run(node, ins, out);
+      backend_->sync();
+      EXPECT_EQ(values(Tensor::copy_of(out)), values(expected));
+    }
+}
+
 // The same node on the same inputs gives bit-identical output.
 TEST_P(BackendOps, Deterministic) {
   Node attn = make_node(OpKind::Attention, Shape{2, 7, 6, 16});

@@ -96,15 +96,22 @@ TEST_P(PlanReuse, ForwardOfOneShapeBuildsOneGraphAndKeepsItsBits) {
   EXPECT_NE(reused.data<float>()[0], s->forward(a, true, {}, {}).data<float>()[0]) << "another input, other logits";
 }
 
-// Left-padded batch of two rows, greedy: every step through forward_cached (reused plans) against
-// a forward over the whole sequence so far (a graph of its own each time). Qwen2 only: Dream's
-// attention is bidirectional, so its cached keys are not what a full forward computes.
-TEST(PlanReuseQwen2, DecodeBuildsTwoGraphsAndMatchesFullForwards) {
+// Greedy decode, every step through forward_cached (reused plans) against a forward over the
+// whole sequence so far (a graph of its own each time): one row (whose keys and values are
+// written straight into the cache) and a batch of two, the first left-padded (a copy each
+// step). Qwen2 only: Dream's attention is bidirectional, so its cached keys are not what a full
+// forward computes.
+class PlanReuseQwen2 : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(PlanReuseQwen2, DecodeBuildsTwoGraphsAndMatchesFullForwards) {
+  const auto& [backend, rows] = GetParam();
   const auto dir = temp_dir();
-  auto s = Session::open(SessionOptions{tiny_model("qwen2", dir).string(), "reference", 1, plugin_root().string()});
-  const std::int64_t B = 2, P0 = 5, steps = 6, V = s->config().vocab_size;
+  auto s = Session::open(SessionOptions{tiny_model("qwen2", dir).string(), backend, 1, plugin_root().string()});
+  const std::int64_t B = rows, P0 = 5, steps = 6, V = s->config().vocab_size;
   std::vector<std::vector<std::int32_t>> seq{{0, 0, 7, 81, 12}, {3, 44, 9, 250, 61}};  // row 0 left-padded
   std::vector<std::vector<std::uint8_t>> mask{{0, 0, 1, 1, 1}, {1, 1, 1, 1, 1}};
+  if (B == 1) seq = {seq[1]}, mask = {mask[1]};
+  const bool masked = B > 1;  // one row runs without a mask, as a single prompt does
   auto cache = s->new_kv_cache(B, P0 + steps + 2);
   const auto built_before = s->graphs_built();
   std::int64_t T = P0;
@@ -123,8 +130,8 @@ TEST(PlanReuseQwen2, DecodeBuildsTwoGraphsAndMatchesFullForwards) {
         full.ids.push_back(row[static_cast<std::size_t>(t)]);
         full.positions.push_back(static_cast<std::int32_t>(std::max<std::int64_t>(0, t - pads)));
       }
-      in.mask.insert(in.mask.end(), m.begin(), m.end());
-      full.mask.insert(full.mask.end(), m.begin(), m.end());
+      if (masked) in.mask.insert(in.mask.end(), m.begin(), m.end());
+      if (masked) full.mask.insert(full.mask.end(), m.begin(), m.end());
     }
     const Tensor cached = s->forward_cached(in, cache);
     const Tensor whole = s->forward(full, true, {}, {});
@@ -151,8 +158,10 @@ TEST(PlanReuseQwen2, DecodeBuildsTwoGraphsAndMatchesFullForwards) {
   int delivered = 0;
   const auto step_input = [&] {  // the mask rows already cover the token the last step chose
     ForwardInput in{B, 1, {5, 6}, {7, 8}, {}};
+    in.ids.resize(static_cast<std::size_t>(B));
+    in.positions.resize(static_cast<std::size_t>(B));
     for (auto& row : mask) {
-      in.mask.insert(in.mask.end(), row.begin(), row.end());
+      if (masked) in.mask.insert(in.mask.end(), row.begin(), row.end());
       row.push_back(1);
     }
     return in;
@@ -170,6 +179,13 @@ TEST(PlanReuseQwen2, DecodeBuildsTwoGraphsAndMatchesFullForwards) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PlanReuse, ::testing::Values("qwen2", "dream"));
+INSTANTIATE_TEST_SUITE_P(BackendsAndRows, PlanReuseQwen2, ::testing::Combine(::testing::ValuesIn(built_backends()), ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           std::string n = std::get<0>(info.param) + "_rows" + std::to_string(std::get<1>(info.param));
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace sonde::test

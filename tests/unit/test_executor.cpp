@@ -123,6 +123,36 @@ TEST_F(Fixture, APlanRunsTheGraphAfterItsInputsChangeShape) {
   EXPECT_EQ(out.at("out").data<float>()[5], 8.0f);  // 6 + 1 + 1
 }
 
+// A node placed in the caller's memory is written there (and its readers read it there); a view
+// that does not fit (wrong shape, strided) is ignored and the node gets a buffer of its own.
+TEST_F(Fixture, PlacedOutputsAreWrittenInTheCallersMemory) {
+  ON_CALL(primary, supports(_, _)).WillByDefault(Return(true));
+  std::map<sonde::OpKind, const void*> wrote;
+  ON_CALL(primary, run(_, _, _)).WillByDefault([&](const sonde::Node& n, std::span<const sonde::TensorView> in, const sonde::TensorView& out) {
+    wrote[n.op] = out.data;
+    for (std::int64_t i = 0; i < 3; ++i) out.as<float>()[i] = in[0].as<float>()[i] * 2.0f;
+  });
+  const auto g = chain();
+  const int add = *g.find("a");
+  sonde::Executor ex(primary, reference);
+  const auto plan = ex.plan(g, {"out"}, nullptr);
+  std::vector<float> mine(6, -1.0f);
+  const sonde::TensorView fits(mine.data(), sonde::DType::f32, sonde::Shape{1, 3});
+  const std::pair<int, sonde::TensorView> placed[] = {{add, fits}};
+  const auto out = ex.run(plan, feeds, nullptr, placed);
+  EXPECT_EQ(wrote[sonde::OpKind::Add], mine.data());
+  EXPECT_EQ(mine, (std::vector<float>{2, 4, 6, -1, -1, -1}));
+  EXPECT_EQ(out.at("out").data<float>()[2], 12.0f) << "SiluMul read the placed values";
+
+  sonde::TensorView strided = fits;
+  strided.strides[1] = 2;
+  for (const auto& bad : {sonde::TensorView(mine.data(), sonde::DType::f32, sonde::Shape{3}), strided}) {
+    const std::pair<int, sonde::TensorView> ignored[] = {{add, bad}};
+    ex.run(plan, feeds, nullptr, ignored);
+    EXPECT_NE(wrote[sonde::OpKind::Add], mine.data()) << bad.shape.str();
+  }
+}
+
 // x feeds four Linears. "a" and "b" read nothing computed besides x and run together, at a's
 // step; "c" (its bias is computed) and "d" (on the reference backend) run on their own. Hooks
 // still arrive in graph order, each with its own node's value.

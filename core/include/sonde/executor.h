@@ -10,6 +10,8 @@
 
 #include <functional>
 #include <map>
+#include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -38,9 +40,12 @@ class Executor {
   Executor(Backend& primary, Backend& reference);
   // `outputs`: graph outputs to return; `wants`: asked once per named node, here only.
   Plan plan(const Graph& g, const std::vector<std::string>& outputs, const Wants& wants) const;
-  // `feeds`: the Input nodes by ref name. Returns the requested outputs.
+  // `feeds`: the Input nodes by ref name. Returns the requested outputs. `placed`: nodes whose
+  // output is to be written into the caller's memory (node id, view), as the KV cache's keys
+  // and values are; a view that is not contiguous or not of the node's shape and dtype is
+  // ignored and the node gets its own buffer, as do all others.
   std::map<std::string, Tensor> run(const Plan& plan, const std::map<std::string, TensorView>& feeds,
-                                    const Tap& tap) const;
+                                    const Tap& tap, std::span<const std::pair<int, TensorView>> placed = {}) const;
 
  private:
   Backend& primary_;
