@@ -29,11 +29,12 @@ void rms_norm(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out
 // 1024, even at 2048.
 constexpr std::int64_t kGemmMinRows = 512;
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8);
-// Linears with weights read natively (not q8): those with fewer than kGemmMinRows x rows split
-// the rows of all their weights into one set of tasks (one parallel region); the results are
-// those of linear() on each.
+// Linears that read one x: those with weights read natively and fewer than kGemmMinRows x rows
+// split the rows of all their weights into one set of tasks (one parallel region), and so do
+// those with q8 weights (q8[i], else null) and one x row, which also quantise x once. The
+// results are those of linear() on each; the rest run one by one.
 void linear_siblings(const Ctx& c, std::span<const Node* const> nodes, std::span<const ops::Inputs> in,
-                     std::span<const TensorView> outs);
+                     std::span<const TensorView> outs, std::span<const Q8Weight* const> q8);
 void rope(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void add(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);

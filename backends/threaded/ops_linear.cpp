@@ -104,16 +104,17 @@ void gemv(const Ctx& c, const Job& j) {
   });
 }
 
-// Several GEMVs as one: the guided split runs over their rows end to end, and a task that
-// crosses from one weight into the next is cut in two there.
-void gemvs(const Ctx& c, const std::vector<Job>& jobs) {
-  struct Piece {
-    std::size_t job;
-    std::int64_t n0, n1;
-  };
+struct Piece {
+  std::size_t job;
+  std::int64_t n0, n1;
+};
+
+// The guided split over the rows of several weights end to end; a task that crosses from one
+// weight into the next is cut in two there.
+std::vector<Piece> sibling_pieces(const std::vector<Job>& jobs, int threads) {
   std::int64_t rows = 0;
   for (const Job& j : jobs) rows += j.N;
-  const std::vector<std::int64_t> start = guided_starts(rows, c.pool.size());
+  const std::vector<std::int64_t> start = guided_starts(rows, threads);
   std::vector<Piece> pieces;
   std::size_t job = 0;
   std::int64_t first_row = 0;  // of jobs[job] in the rows end to end
@@ -124,6 +125,12 @@ void gemvs(const Ctx& c, const std::vector<Job>& jobs) {
       pieces.push_back({job, r - first_row, end - first_row});
       r = end;
     }
+  return pieces;
+}
+
+// Several GEMVs as one parallel region.
+void gemvs(const Ctx& c, const std::vector<Job>& jobs) {
+  const std::vector<Piece> pieces = sibling_pieces(jobs, c.pool.size());
   c.pool.run(static_cast<std::int64_t>(pieces.size()), [&](std::int64_t t, int) {
     const Piece& p = pieces[static_cast<std::size_t>(t)];
     gemv_rows(c, jobs[p.job], p.n0, p.n1);
@@ -156,6 +163,24 @@ void q8_linear(const Ctx& c, const Job& j, const Q8Weight& w) {
   }
 }
 
+// q8 Linears of one x row that all read the same x with the same block layout: x is quantised
+// once, and their rows run as one parallel region, each row as q8_linear runs it.
+void q8_gemvs(const Ctx& c, const std::vector<Job>& jobs, const std::vector<const Q8Weight*>& w) {
+  const std::int64_t kp = w.front()->kp;
+  std::vector<std::int8_t> xq(static_cast<std::size_t>(kp));
+  std::vector<float> xs(static_cast<std::size_t>(kp / kQ8Block));
+  c.k.q8_quantize(jobs.front().x, jobs.front().K, kp, xq.data(), xs.data());
+  const Q8Act act{xq.data(), xs.data(), kp};
+  std::vector<Q8Rows> rows;
+  for (const Q8Weight* q : w) rows.push_back(q->rows());
+  const std::vector<Piece> pieces = sibling_pieces(jobs, c.pool.size());
+  c.pool.run(static_cast<std::int64_t>(pieces.size()), [&](std::int64_t t, int) {
+    const Piece& p = pieces[static_cast<std::size_t>(t)];
+    c.k.q8_gemv(act, 1, rows[p.job], p.n0, p.n1, jobs[p.job].y, jobs[p.job].N);
+    add_bias(jobs[p.job], 0, 1, p.n0, p.n1);
+  });
+}
+
 }  // namespace
 
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8) {
@@ -177,18 +202,27 @@ void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, 
 }
 
 void linear_siblings(const Ctx& c, std::span<const Node* const> nodes, std::span<const ops::Inputs> in,
-                     std::span<const TensorView> outs) {
-  std::vector<Job> jobs;
+                     std::span<const TensorView> outs, std::span<const Q8Weight* const> q8) {
+  std::vector<Job> jobs, q8_jobs;
+  std::vector<const Q8Weight*> q8_weights;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const auto d = ops::check_linear(*nodes[i], in[i], outs[i]);
-    if (d.M >= kGemmMinRows || d.K == 0 || d.M == 0 || d.N == 0) {
-      linear(c, *nodes[i], in[i], outs[i], nullptr);
-      continue;
+    const Job j{in[i][0].as<const float>(), in[i][1].data, wtype(in[i][1].dtype),
+                d.bias ? in[i][2].as<const float>() : nullptr, outs[i].as<float>(), d.M, d.K, d.N};
+    const Q8Weight* w = q8[i];
+    const bool q8_row = w && d.M == 1 && d.N > 0 && d.K > 0 && w->N == d.N && w->K == d.K &&
+                        (q8_jobs.empty() || (j.x == q8_jobs.front().x && w->kp == q8_weights.front()->kp));
+    if (q8_row) {
+      q8_jobs.push_back(j);
+      q8_weights.push_back(w);
+    } else if (w || d.M >= kGemmMinRows || d.K == 0 || d.M == 0 || d.N == 0) {
+      linear(c, *nodes[i], in[i], outs[i], w);
+    } else {
+      jobs.push_back(j);
     }
-    jobs.push_back({in[i][0].as<const float>(), in[i][1].data, wtype(in[i][1].dtype),
-                    d.bias ? in[i][2].as<const float>() : nullptr, outs[i].as<float>(), d.M, d.K, d.N});
   }
   if (!jobs.empty()) gemvs(c, jobs);
+  if (!q8_jobs.empty()) q8_gemvs(c, q8_jobs, q8_weights);
 }
 
 }  // namespace sonde::threaded

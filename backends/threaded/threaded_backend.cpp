@@ -169,27 +169,28 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
   prefetch_next(node.op == OpKind::Linear && streams(out), in.size() > 1 ? in[1] : TensorView());
 }
 
-// Streaming Linears (few x rows) whose weights are read natively go through one parallel region:
-// as separate regions q/k/v wake and drain the pool three times per layer, and k and v (256 KB
-// each on qwen2.5-0.5b) are too small to reach the streaming rate on their own. Anything else
-// runs node by node.
+// Streaming Linears (few x rows) go through one parallel region: as separate regions q/k/v wake
+// and drain the pool three times per layer, and k and v (256 KB each on qwen2.5-0.5b) are too
+// small to reach the streaming rate on their own. Under q8, one x row (decode) is also quantised
+// once for all of them. Anything else runs node by node.
 void ThreadedBackend::run_siblings(std::span<const Node* const> nodes, std::span<const std::vector<TensorView>> inputs,
                                    std::span<const TensorView> outs) {
   bool together = true;
   for (std::size_t i = 0; i < nodes.size() && together; ++i)
-    together = nodes[i]->op == OpKind::Linear && streams(outs[i]) && inputs[i].size() >= 2 &&
-               !(q8_ && q8_for(inputs[i][1]));
+    together = nodes[i]->op == OpKind::Linear && streams(outs[i]) && inputs[i].size() >= 2;
   if (!together) return Backend::run_siblings(nodes, inputs, outs);
   std::vector<Prepared> prepared;
   prepared.reserve(nodes.size());
   std::vector<ops::Inputs> in;
+  std::vector<const Q8Weight*> q8;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     check_supported(*nodes[i], inputs[i]);
     prepared.emplace_back(*nodes[i], inputs[i]);
     in.push_back(prepared.back().in);
+    q8.push_back(q8_ ? q8_for(prepared.back().in[1]) : nullptr);
     learn_linear(prepared.back().in[1]);
   }
-  linear_siblings(Ctx{*pool_, *kernels_}, nodes, in, outs);
+  linear_siblings(Ctx{*pool_, *kernels_}, nodes, in, outs, q8);
   prefetch_next(true, prepared.back().in[1]);
 }
 

@@ -224,7 +224,9 @@ TEST(Threaded, SiblingLinearsAreTheirOwnRuns) {
       {3, 300, {203, 203}, DType::f32, "native"},       // gate/up with x rows in groups
       {1, 8, {1, 1}, DType::bf16, "native"},
       {512, 40, {24, 40}, DType::bf16, "native"},       // GEMM: one by one
-      {1, 300, {130, 16, 16}, DType::bf16, "q8"},       // q8: one by one
+      {1, 300, {130, 16, 16}, DType::bf16, "q8"},       // q8 decode: x quantised once, one region
+      {1, 40, {3, 1001, 5}, DType::f16, "q8"},          // K padded to the q8 block
+      {3, 300, {203, 203}, DType::f32, "q8"},           // q8 with x rows: one by one
   };
   for (const Case& c : cases)
     for (int threads : {1, 2}) {
