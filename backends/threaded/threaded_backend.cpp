@@ -62,6 +62,13 @@ struct Prepared {
   std::vector<TensorView> in;
 };
 
+// Dense once the outer index is fixed (the rows of a batch may be apart).
+bool rows_dense(const TensorView& v) {
+  TensorView row = v;
+  if (row.shape.rank > 0) row.shape[0] = 1;
+  return row.contiguous();
+}
+
 // A Linear with few x rows (decode) streams its weight from memory once.
 bool streams(const TensorView& linear_out) {
   return linear_out.shape.rank >= 1 &&
@@ -148,6 +155,11 @@ void ThreadedBackend::check_supported(const Node& node, std::span<const TensorVi
 
 void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) {
   check_supported(node, inputs);
+  if (node.op == OpKind::Concat && inputs.size() == 2 && rows_dense(inputs[0]) && rows_dense(inputs[1])) {
+    copy_op(node, inputs, out);  // a batch's KV past read in place, not densified first
+    prefetch_next(false, TensorView());
+    return;
+  }
   const Prepared p(node, inputs);
   const auto& in = p.in;
   const Ctx c{*pool_, *kernels_};

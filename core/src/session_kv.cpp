@@ -112,8 +112,10 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   // first P + T slots (the executor takes the view when it is contiguous, i.e. for one row), so
   // the past is not copied again every step.
   std::vector<std::pair<int, TensorView>> placed;
-  for (const auto& c : P > 0 ? pg.kv_concats : std::vector<PlannedGraph::KvConcat>{})
+  for (std::size_t i = 0; P > 0 && i < pg.kv_concats.size(); ++i) {
+    const auto& c = pg.kv_concats[i];
     placed.emplace_back(c.node, past_view(c.is_v ? cache.v[c.layer] : cache.k[c.layer], P + T));
+  }
   auto out = executor_->run(pg.plan, feeds, [&](const std::string& hook, const TensorView& v) {
     if (auto it = kv_hooks_.find(hook); it != kv_hooks_.end()) {
       const auto [layer, is_v] = it->second;

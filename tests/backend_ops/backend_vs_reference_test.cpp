@@ -166,6 +166,26 @@ TEST_P(BackendOps, ConcatOverItsFirstInput) {
     }
 }
 
+// A batch's past keys are a view of the KV cache whose rows are `capacity` slots apart: the
+// concat of that strided view equals the concat of a dense copy, on every backend.
+TEST_P(BackendOps, ConcatOfAStridedPast) {
+  for (std::int64_t P : {1, 9}) {
+    SCOPED_TRACE("P=" + std::to_string(P));
+    const Tensor cache = random_tensor(DType::f32, Shape{3, P + 5, 2, 16}, 29);
+    TensorView past = cache.view();
+    past.shape[1] = P;
+    ASSERT_FALSE(past.contiguous());
+    const Tensor fresh = random_tensor(DType::f32, Shape{3, 2, 2, 16}, 30);
+    const Node node = make_node(OpKind::Concat, Shape{3, P + 2, 2, 16});
+    const Tensor expected = run_on(*reference_, node, {{Tensor::copy_of(past)}, {fresh}});
+    Tensor got(DType::f32, node.shape);
+    const std::vector<TensorView> ins{past, fresh.view()};
+    backend_->run(node, ins, got.view());
+    backend_->sync();
+    EXPECT_EQ(values(got), values(expected));
+  }
+}
+
 // The same node on the same inputs gives bit-identical output.
 TEST_P(BackendOps, Deterministic) {
   Node attn = make_node(OpKind::Attention, Shape{2, 7, 6, 16});
