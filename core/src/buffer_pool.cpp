@@ -29,11 +29,9 @@ void BufferPool::Shelf::give_back(void* p, std::size_t size) {
   bytes += size;
 }
 
-// A kept block serves a request of up to twice its need; the same 64-byte rounding and tail
-// as Tensor's own allocation.
+// A kept block serves a request of up to twice its need.
 Tensor BufferPool::take(DType dtype, const Shape& shape) {
-  const std::size_t n = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
-  const std::size_t need = ((n + 63) / 64) * 64 + 64;
+  const std::size_t need = Tensor::storage_bytes(dtype, shape);
   void* p = nullptr;
   std::size_t size = need;
   {
@@ -47,7 +45,7 @@ Tensor BufferPool::take(DType dtype, const Shape& shape) {
     }
   }
   if (!p) p = std::aligned_alloc(64, size);
-  if (!p) runtime_error("out of memory allocating {} bytes for a tensor {}", n, shape.str());
+  if (!p) runtime_error("out of memory allocating {} bytes for a tensor {}", size, shape.str());
   std::memset(p, 0, need);
   std::shared_ptr<Shelf> shelf = shelf_;
   std::shared_ptr<std::byte> buf(static_cast<std::byte*>(p), [shelf, size](std::byte* q) { shelf->give_back(q, size); });

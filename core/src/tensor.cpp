@@ -80,11 +80,15 @@ TensorView TensorView::reshaped(const Shape& s) const {
   return TensorView(data, dtype, s);
 }
 
-Tensor::Tensor(DType dtype, const Shape& shape) {
+std::size_t Tensor::storage_bytes(DType dtype, const Shape& shape) {
   const std::size_t n = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
-  const std::size_t alloc = ((n + 63) / 64) * 64 + 64;
+  return ((n + 63) / 64) * 64 + 64;
+}
+
+Tensor::Tensor(DType dtype, const Shape& shape) {
+  const std::size_t alloc = storage_bytes(dtype, shape);
   void* p = std::aligned_alloc(64, alloc);
-  if (!p) runtime_error("out of memory allocating {} bytes for a tensor {}", n, shape.str());
+  if (!p) runtime_error("out of memory allocating {} bytes for a tensor {}", alloc, shape.str());
   std::memset(p, 0, alloc);
   buf_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
   view_ = TensorView(p, dtype, shape);

@@ -4,6 +4,7 @@
 #include <sonde/dtype.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -62,6 +63,9 @@ class Tensor {
   static Tensor copy_of(const TensorView& v);  // contiguous copy
   // A tensor over `buf` (64-byte aligned, at least shape.numel() elements), as BufferPool hands out.
   static Tensor adopt(std::shared_ptr<std::byte> buf, DType dtype, const Shape& shape);
+  // The bytes a buffer for this dtype and shape takes: the data rounded up to 64 bytes, plus 64
+  // that vector kernels may read past the end. Tensor(dtype, shape) and BufferPool allocate it.
+  static std::size_t storage_bytes(DType dtype, const Shape& shape);
 
  private:
   std::shared_ptr<std::byte> buf_;
