@@ -50,9 +50,10 @@ struct Kernels {
   float (*dot)(const float* a, const float* b, std::int64_t n);  // sum a[i] b[i]
   void (*axpy)(float a, const float* x, float* y, std::int64_t n);  // y += a x
   // Attention over a block of keys, one call instead of one per key (decode at long context is
-  // mostly these): s[u] = dot(q, k + u ks, d) for u < n, each exactly as dot computes it; and
-  // acc[j] += p[u] v[u vs + j] for u = 0, 1, ... n-1 in turn, each term as axpy adds it.
-  void (*dots)(const float* q, const float* k, std::int64_t ks, std::int64_t n, std::int64_t d, float* s);
+  // mostly these): s[u] = q . k[u ks ..] for u < n (n >= 1), summed in an order fixed by u's place
+  // in the block and d alone, returning max_u s[u]; and acc[j] += p[u] v[u vs + j] for
+  // u = 0, 1, ... n-1 in turn, each term as axpy adds it.
+  float (*dots)(const float* q, const float* k, std::int64_t ks, std::int64_t n, std::int64_t d, float* s);
   void (*axpys)(const float* p, const float* v, std::int64_t vs, std::int64_t n, std::int64_t d, float* acc);
   // s[u] = e^(s[u] - m), or 0 where s[u] = -inf (a forbidden key), for u < n; returns their sum
   // in index order. m is finite.

@@ -4,6 +4,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 namespace sonde::threaded {
 namespace {
 
@@ -178,8 +180,10 @@ void axpy(float a, const float* x, float* y, i64 n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-void dots(const float* q, const float* k, i64 ks, i64 n, i64 d, float* s) {
-  for (i64 u = 0; u < n; ++u) s[u] = dot(q, k + u * ks, d);
+float dots(const float* q, const float* k, i64 ks, i64 n, i64 d, float* s) {
+  float top = -__builtin_inff();
+  for (i64 u = 0; u < n; ++u) top = std::max(top, s[u] = dot(q, k + u * ks, d));
+  return top;
 }
 
 void axpys(const float* p, const float* v, i64 vs, i64 n, i64 d, float* acc) {

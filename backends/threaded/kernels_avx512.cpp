@@ -5,6 +5,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 namespace sonde::threaded {
 namespace {
 
@@ -241,8 +243,48 @@ void axpy(float a, const float* x, float* y, i64 n) {
   }
 }
 
-void dots(const float* q, const float* k, i64 ks, i64 n, i64 d, float* s) {
-  for (i64 u = 0; u < n; ++u) s[u] = dot(q, k + u * ks, d);
+// 16 vectors of partial sums, one per key, folded into one vector holding each key's total in
+// its lane: halves of every pair are added (512 -> 256 -> 128 bits per key), then the four
+// floats left per key; the last permute puts key j in lane j. Three shuffles and an add per
+// key instead of _mm512_reduce_add_ps's eight dependent steps.
+inline __m512 sum16(const __m512 (&a)[16]) {
+  __m512 t[8], u[4];
+  for (int i = 0; i < 8; ++i)  // key 2i in 128-bit lanes 0-1, key 2i+1 in 2-3
+    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  for (int i = 0; i < 4; ++i)  // keys 4i .. 4i+3, one per 128-bit lane
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // 128-bit lane L: two floats each of keys L and 4 + L, then of 8 + L and 12 + L.
+  const __m512 v01 = _mm512_add_ps(_mm512_unpacklo_ps(u[0], u[1]), _mm512_unpackhi_ps(u[0], u[1]));
+  const __m512 v23 = _mm512_add_ps(_mm512_unpacklo_ps(u[2], u[3]), _mm512_unpackhi_ps(u[2], u[3]));
+  // Lane 4L + j: key 4j + L.
+  const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(v01, v23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(v01, v23, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512i key_order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(key_order, w);
+}
+
+// Keys in blocks of 16: each key's products summed lane-wise over d, then the block's 16 sums
+// folded at once (sum16); the keys left over go through dot.
+float dots(const float* q, const float* k, i64 ks, i64 n, i64 d, float* s) {
+  __m512 top16 = _mm512_set1_ps(-__builtin_inff());
+  i64 u = 0;
+  for (; u + 16 <= n; u += 16) {
+    __m512 acc[16];
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+    for (i64 i = 0; i < d; i += 16) {
+      const __mmask16 m = lanes(d - i);
+      const __m512 qi = _mm512_maskz_loadu_ps(m, q + i);
+      for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qi, _mm512_maskz_loadu_ps(m, k + (u + j) * ks + i), acc[j]);
+    }
+    const __m512 block = sum16(acc);
+    _mm512_storeu_ps(s + u, block);
+    top16 = _mm512_max_ps(top16, block);
+  }
+  float top = _mm512_reduce_max_ps(top16);
+  for (; u < n; ++u) top = std::max(top, s[u] = dot(q, k + u * ks, d));
+  return top;
 }
 
 // Up to 64 columns of acc stay in four registers across the keys (the FMAs are axpy's, in the

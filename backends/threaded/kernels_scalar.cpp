@@ -3,6 +3,7 @@
 
 #include <sonde/dtype.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -86,8 +87,10 @@ void axpy(float a, const float* x, float* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-void dots(const float* q, const float* k, std::int64_t ks, std::int64_t n, std::int64_t d, float* s) {
-  for (std::int64_t u = 0; u < n; ++u) s[u] = dot(q, k + u * ks, d);
+float dots(const float* q, const float* k, std::int64_t ks, std::int64_t n, std::int64_t d, float* s) {
+  float top = -__builtin_inff();
+  for (std::int64_t u = 0; u < n; ++u) top = std::max(top, s[u] = dot(q, k + u * ks, d));
+  return top;
 }
 
 void axpys(const float* p, const float* v, std::int64_t vs, std::int64_t n, std::int64_t d, float* acc) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <immintrin.h>
 #include <limits>
 #include <vector>
 
@@ -16,6 +17,10 @@ namespace {
 
 constexpr std::int64_t kQb = 16;  // query rows per task (of each of its heads)
 constexpr std::int64_t kKb = 64;  // keys per block: a K and a V block of 64 x d stay in L1/L2
+// Keys per task when every query row fits one task (decode): the keys are split instead, so each
+// K and V byte is read by one thread, and the partial softmax states are merged afterwards. A
+// fixed length (not one derived from the thread count) keeps the result the same on any pool.
+constexpr std::int64_t kKeysPerTask = 256;
 
 struct Head {
   const float *q, *k, *v;
@@ -36,11 +41,16 @@ void attend_block(const Kernels& kn, const Head& h, const float* q, std::int64_t
                   bool causal, std::int64_t d, float scale, float* s, RowState& st, float* acc) {
   const std::int64_t n = u1 - u0;
   constexpr float kNone = -std::numeric_limits<float>::infinity();
-  kn.dots(q, h.k + u0 * h.kvstride, h.kvstride, n, d, s);
+  const float top = kn.dots(q, h.k + u0 * h.kvstride, h.kvstride, n, d, s);
   float mx = kNone;
-  for (std::int64_t i = 0; i < n; ++i) {
-    s[i] = ops::allowed(causal, h.mask, qs, u0 + i) ? s[i] * scale : kNone;
-    mx = std::max(mx, s[i]);
+  if (!h.mask && (!causal || u1 - 1 <= qs)) {  // every key allowed (decode): no per-key test
+    kn.scale(scale, s, n);
+    mx = top * scale;  // scale > 0, so this is the largest s[i] * scale, rounding included
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) {
+      s[i] = ops::allowed(causal, h.mask, qs, u0 + i) ? s[i] * scale : kNone;
+      mx = std::max(mx, s[i]);
+    }
   }
   if (mx == kNone) return;
   const float mnew = std::max(st.m, mx);
@@ -54,41 +64,113 @@ void attend_block(const Kernels& kn, const Head& h, const float* q, std::int64_t
   st.m = mnew;
 }
 
-// Rows [t0, t1) of the heads in `hs`, which all read the same kv head: every key block is visited
-// by each of those heads and rows in turn while it is in L1, so GQA's nh / nkv query heads share
-// one read of K and V (at 2k keys, per-head visits re-read 1 MB per head from L3).
-void attend_rows(const Kernels& kn, const std::vector<Head>& hs, const ops::AttnDims& d, bool causal, std::int64_t t0,
-                 std::int64_t t1, std::vector<float>& buf, std::vector<RowState>& st) {
+// Rows [t0, t1) of the heads in `hs`, which all read the same kv head, against keys [k0, k1):
+// every key block is visited by each of those heads and rows in turn while it is in L1, so GQA's
+// nh / nkv query heads share one read of K and V (at 2k keys, per-head visits re-read 1 MB per
+// head from L3). The next block's K and V lines are prefetched first: the cache is cold here,
+// a gigabyte of weights having streamed through since this layer last read it. acc holds
+// hs.size() * rows * d accumulators and st their states, row-major by (head, row).
+void visit_keys(const Kernels& kn, const std::vector<Head>& hs, const ops::AttnDims& d, bool causal, std::int64_t t0,
+                std::int64_t t1, std::int64_t k0, std::int64_t k1, float* acc, RowState* st, float* s) {
   const auto D = static_cast<std::size_t>(d.d), rows = static_cast<std::size_t>(t1 - t0), nh = hs.size();
-  buf.assign(nh * rows * D + kKb, 0.0f);
-  st.assign(nh * rows, RowState{});
-  float* s = buf.data() + nh * rows * D;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.d)));
-  // Keys past the last row's slot are never allowed under the causal rule.
-  const std::int64_t kend = causal ? std::min(d.S, t1 - 1 + (d.S - d.T) + 1) : d.S;
-  for (std::int64_t u0 = 0; u0 < kend; u0 += kKb)
+  const std::int64_t line_floats = 16, lines = (d.d + line_floats - 1) / line_floats;
+  for (std::int64_t u0 = k0; u0 < k1; u0 += kKb) {
+    for (std::int64_t u = u0 + kKb; u < std::min(k1, u0 + 2 * kKb); ++u)
+      for (std::int64_t l = 0; l < lines; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(hs[0].k + u * hs[0].kvstride + l * line_floats), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(hs[0].v + u * hs[0].kvstride + l * line_floats), _MM_HINT_T0);
+      }
     for (std::size_t i = 0; i < nh; ++i)
       for (std::int64_t t = t0; t < t1; ++t) {
         const std::size_t r = i * rows + static_cast<std::size_t>(t - t0);
-        attend_block(kn, hs[i], hs[i].q + t * hs[i].qstride, t + (d.S - d.T), u0, std::min(kend, u0 + kKb), causal,
-                     d.d, scale, s, st[r], buf.data() + r * D);
+        attend_block(kn, hs[i], hs[i].q + t * hs[i].qstride, t + (d.S - d.T), u0, std::min(k1, u0 + kKb), causal, d.d,
+                     scale, s, st[r], acc + r * D);
       }
-  for (std::size_t i = 0; i < nh; ++i)
+  }
+}
+
+// y = acc / l for rows [t0, t1) of the heads in `hs` (0 for a row no key was allowed to).
+void write_rows(const std::vector<Head>& hs, std::int64_t d, std::int64_t t0, std::int64_t t1, const float* acc,
+                const RowState* st) {
+  const auto rows = static_cast<std::size_t>(t1 - t0);
+  for (std::size_t i = 0; i < hs.size(); ++i)
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::size_t r = i * rows + static_cast<std::size_t>(t - t0);
-      const float* acc = buf.data() + r * D;
+      const float* a = acc + r * static_cast<std::size_t>(d);
       float* y = hs[i].y + t * hs[i].qstride;
-      for (std::int64_t j = 0; j < d.d; ++j) y[j] = st[r].l > 0 ? acc[j] / st[r].l : 0.0f;
+      for (std::int64_t j = 0; j < d; ++j) y[j] = st[r].l > 0 ? a[j] / st[r].l : 0.0f;
     }
+}
+
+// The heads of kv head g (query heads [h0, h1)) of batch row b.
+void heads_of(const ops::AttnDims& d, ops::Inputs in, const TensorView& out, std::int64_t b, std::int64_t g,
+              std::int64_t h0, std::int64_t h1, std::vector<Head>& hs) {
+  hs.clear();
+  for (std::int64_t h = h0; h < h1; ++h)
+    hs.push_back(Head{in[0].as<const float>() + (b * d.T * d.nh + h) * d.d,
+                      in[1].as<const float>() + (b * d.S * d.nkv + g) * d.d,
+                      in[2].as<const float>() + (b * d.S * d.nkv + g) * d.d,
+                      d.mask ? in[3].as<const std::uint8_t>() + b * d.S : nullptr,
+                      out.as<float>() + (b * d.T * d.nh + h) * d.d,
+                      d.nh * d.d,
+                      d.nkv * d.d});
+}
+
+// Few query rows (decode): tasks are (batch row, kv head, run of kKeysPerTask keys), each over
+// all of that kv head's query heads and rows, leaving its softmax state (m, l, acc) per row;
+// then per row the runs merge in key order, m = max m_i, l = sum l_i e^(m_i - m),
+// acc = sum acc_i e^(m_i - m) (a run with no allowed key has l = 0 and adds nothing).
+void attention_split_keys(const Ctx& c, ops::Inputs in, const TensorView& out, const ops::AttnDims& d, bool causal) {
+  const std::int64_t group = d.nh / d.nkv, runs = (d.S + kKeysPerTask - 1) / kKeysPerTask;
+  const auto per_task = static_cast<std::size_t>(group * d.T);  // rows of one task, by (head, row)
+  const auto D = static_cast<std::size_t>(d.d);
+  const std::int64_t tasks = d.B * d.nkv * runs;
+  std::vector<float> acc(static_cast<std::size_t>(tasks) * per_task * D, 0.0f);
+  std::vector<RowState> st(static_cast<std::size_t>(tasks) * per_task);
+  const auto threads = static_cast<std::size_t>(c.pool.size());
+  std::vector<std::vector<float>> scores(threads, std::vector<float>(kKb));
+  std::vector<std::vector<Head>> heads(threads);
+  c.pool.run(tasks, [&](std::int64_t task, int worker) {
+    const std::int64_t run = task % runs, g = task / runs % d.nkv, b = task / runs / d.nkv;
+    auto& hs = heads[static_cast<std::size_t>(worker)];
+    heads_of(d, in, out, b, g, g * group, (g + 1) * group, hs);
+    const auto at = static_cast<std::size_t>(task) * per_task;
+    visit_keys(c.k, hs, d, causal, 0, d.T, run * kKeysPerTask, std::min(d.S, (run + 1) * kKeysPerTask),
+               acc.data() + at * D, st.data() + at, scores[static_cast<std::size_t>(worker)].data());
+  });
+  std::vector<Head> hs;
+  for (std::int64_t bg = 0; bg < d.B * d.nkv; ++bg) {
+    const auto first = static_cast<std::size_t>(bg * runs) * per_task;  // this (b, g)'s first run
+    for (std::size_t r = 0; r < per_task; ++r) {
+      float m = -std::numeric_limits<float>::infinity();
+      for (std::int64_t i = 0; i < runs; ++i) m = std::max(m, st[first + static_cast<std::size_t>(i) * per_task + r].m);
+      // Into the first run's slot: it is scaled first, then the others are added to it.
+      float* a = acc.data() + (first + r) * D;
+      float l = 0;
+      for (std::int64_t i = 0; i < runs; ++i) {
+        const std::size_t from = first + static_cast<std::size_t>(i) * per_task + r;
+        if (st[from].l == 0) continue;
+        const float w = std::exp(st[from].m - m);
+        l += st[from].l * w;
+        if (i == 0) c.k.scale(w, a, d.d);
+        else c.k.axpy(w, acc.data() + from * D, a, d.d);
+      }
+      st[first + r].l = l;
+    }
+    heads_of(d, in, out, bg / d.nkv, bg % d.nkv, bg % d.nkv * group, (bg % d.nkv + 1) * group, hs);
+    write_rows(hs, d.d, 0, d.T, acc.data() + first * D, st.data() + first);
+  }
 }
 
 }  // namespace
 
 // Tasks: (batch, kv head, chunk of its query heads, block of kQb query rows). A kv head's query
 // heads are split into chunks only when there would otherwise be fewer than two tasks per
-// thread (decode: one query row).
+// thread. When all query rows fit one block (decode), the keys are split instead.
 void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out) {
   const auto d = ops::check_attention(n, in, out);
+  if (d.T <= kQb && d.S > 0) return attention_split_keys(c, in, out, d, n.params.causal);
   const std::int64_t group = d.nh / d.nkv, qblocks = (d.T + kQb - 1) / kQb;
   const std::int64_t base = d.B * d.nkv * qblocks;
   const std::int64_t chunks = std::clamp<std::int64_t>((2 * c.pool.size() + base - 1) / base, 1, group);
@@ -100,19 +182,19 @@ void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& ou
   c.pool.run(base * chunks, [&](std::int64_t task, int worker) {
     const std::int64_t qb = task % qblocks, ch = task / qblocks % chunks, g = task / qblocks / chunks % d.nkv,
                        b = task / qblocks / chunks / d.nkv;
+    const std::int64_t t0 = qb * kQb, t1 = std::min(d.T, (qb + 1) * kQb);
     auto& hs = heads[static_cast<std::size_t>(worker)];
-    hs.clear();
-    for (std::int64_t h = g * group + ch * per_chunk; h < std::min((g + 1) * group, g * group + (ch + 1) * per_chunk); ++h)
-      hs.push_back(Head{in[0].as<const float>() + (b * d.T * d.nh + h) * d.d,
-                        in[1].as<const float>() + (b * d.S * d.nkv + g) * d.d,
-                        in[2].as<const float>() + (b * d.S * d.nkv + g) * d.d,
-                        d.mask ? in[3].as<const std::uint8_t>() + b * d.S : nullptr,
-                        out.as<float>() + (b * d.T * d.nh + h) * d.d,
-                        d.nh * d.d,
-                        d.nkv * d.d});
+    heads_of(d, in, out, b, g, g * group + ch * per_chunk, std::min((g + 1) * group, g * group + (ch + 1) * per_chunk), hs);
     if (hs.empty()) return;
-    attend_rows(c.k, hs, d, n.params.causal, qb * kQb, std::min(d.T, (qb + 1) * kQb),
-                bufs[static_cast<std::size_t>(worker)], states[static_cast<std::size_t>(worker)]);
+    const auto rows = static_cast<std::size_t>(t1 - t0), D = static_cast<std::size_t>(d.d);
+    auto& buf = bufs[static_cast<std::size_t>(worker)];
+    auto& st = states[static_cast<std::size_t>(worker)];
+    buf.assign(hs.size() * rows * D + kKb, 0.0f);
+    st.assign(hs.size() * rows, RowState{});
+    // Keys past the last row's slot are never allowed under the causal rule.
+    const std::int64_t kend = n.params.causal ? std::min(d.S, t1 - 1 + (d.S - d.T) + 1) : d.S;
+    visit_keys(c.k, hs, d, n.params.causal, t0, t1, 0, kend, buf.data(), st.data(), buf.data() + hs.size() * rows * D);
+    write_rows(hs, d.d, t0, t1, buf.data(), st.data());
   });
 }
 

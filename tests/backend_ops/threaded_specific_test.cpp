@@ -104,20 +104,51 @@ Tensor mask_with_holes(std::int64_t B, std::int64_t S) {
   return bytes(Shape{B, S}, m);
 }
 
-// S = 300 spans several 64-key blocks and query blocks, so the online softmax rescales.
+// Row 0 masks its last slot (under Dream's pairwise rule the last query sees no key at all);
+// row 1 is left-padded by 300 slots, so a whole run of 256 keys is masked for it.
+Tensor mask_with_a_masked_run(std::int64_t B, std::int64_t S) {
+  std::vector<int> m(static_cast<std::size_t>(B * S), 1);
+  m[static_cast<std::size_t>(S - 1)] = 0;
+  for (std::int64_t u = 0; u < std::min<std::int64_t>(300, S) && B > 1; ++u) m[static_cast<std::size_t>(S + u)] = 0;
+  return bytes(Shape{B, S}, m);
+}
+
+std::vector<Arg> attention_args(const AttnCase& c, bool masked_run = false) {
+  std::vector<Arg> args{{random_tensor(DType::f32, Shape{c.B, c.T, c.nh, c.d}, 50, -3, 3)},
+                        {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 51, -3, 3)},
+                        {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 52)}};
+  if (c.mask) args.push_back({masked_run ? mask_with_a_masked_run(c.B, c.S) : mask_with_holes(c.B, c.S)});
+  return args;
+}
+
+// S = 300 spans several 64-key blocks and query blocks, so the online softmax rescales. Up to
+// 16 query rows (decode) the keys are split into runs of 256 whose states are merged: S = 600
+// and 700 give three runs, the last one short; d = 24 and 40 leave a partial vector per key.
 void check_long_attention(Backend& b) {
   const AttnCase cases[] = {{2, 300, 300, 4, 2, 64, true, true},  {1, 300, 300, 4, 1, 64, false, true},
                             {2, 5, 300, 4, 2, 64, true, true},    {1, 1, 300, 6, 2, 32, true, false},
-                            {1, 70, 300, 2, 2, 16, false, false}};
+                            {1, 70, 300, 2, 2, 16, false, false}, {1, 1, 600, 14, 2, 64, true, false},
+                            {2, 1, 700, 4, 2, 128, true, true},   {2, 16, 600, 6, 3, 24, false, true},
+                            {1, 3, 530, 4, 4, 40, true, true}};
   for (const auto& c : cases) {
     SCOPED_TRACE(fmt::format("T={} S={} nh={} nkv={} d={} causal={} mask={}", c.T, c.S, c.nh, c.nkv, c.d, c.causal, c.mask));
     Node n = make_node(OpKind::Attention, Shape{c.B, c.T, c.nh, c.d});
     n.params.causal = c.causal;
-    std::vector<Arg> args{{random_tensor(DType::f32, Shape{c.B, c.T, c.nh, c.d}, 50, -3, 3)},
-                          {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 51, -3, 3)},
-                          {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 52)}};
-    if (c.mask) args.push_back({mask_with_holes(c.B, c.S)});
+    EXPECT_LE(vs_reference(b, n, attention_args(c)), kTol);
+  }
+  // A run with no allowed key adds nothing to the merge; a query with none at all gives zeros.
+  for (const bool causal : {true, false}) {
+    const AttnCase c{2, 2, 600, 4, 2, 32, causal, true};
+    SCOPED_TRACE(fmt::format("a masked run, causal={}", causal));
+    Node n = make_node(OpKind::Attention, Shape{c.B, c.T, c.nh, c.d});
+    n.params.causal = causal;
+    const auto args = attention_args(c, true);
     EXPECT_LE(vs_reference(b, n, args), kTol);
+    if (!causal) {
+      const Tensor got = run_on(b, n, args);
+      const float* last_row = got.data<float>() + (c.T - 1) * c.nh * c.d;  // batch row 0, last query
+      for (std::int64_t j = 0; j < c.nh * c.d; ++j) ASSERT_EQ(last_row[j], 0.0f) << "element " << j;
+    }
   }
 }
 
@@ -181,8 +212,9 @@ TEST(Threaded, UnknownWeightsModeIsAnErrorNamingIt) {
   }
 }
 
-// Same thread count, same bits; and since K is never split across threads, 1 and 2 threads agree too.
-TEST(Threaded, DeterministicForAFixedThreadCount) {
+// Same thread count, same bits; and since no sum is split by thread count (a Linear's K never is,
+// attention's keys in runs of a fixed length), 1 and 2 threads agree too.
+TEST(Threaded, SameBitsForAnyThreadCount) {
   Node attn = make_node(OpKind::Attention, Shape{2, 130, 4, 64});
   attn.params.causal = true;
   const std::vector<Arg> attn_args{{random_tensor(DType::f32, Shape{2, 130, 4, 64}, 70)},
@@ -192,8 +224,15 @@ TEST(Threaded, DeterministicForAFixedThreadCount) {
   const auto gemm_args = linear_args(530, 300, 130, DType::bf16, true, 73);
   const auto gemv_chunk_args = linear_args(67, 300, 130, DType::bf16, true, 75);  // GEMV, x rows in groups
   const auto gemv_args = linear_args(1, 300, 130, DType::bf16, true, 74);
-  const std::pair<Node, const std::vector<Arg>*> runs[] = {
-      {attn, &attn_args}, {linear_node(530, 130), &gemm_args}, {linear_node(67, 130), &gemv_chunk_args}, {linear_node(1, 130), &gemv_args}};
+  // Decode: the keys are split into runs of a fixed length, whatever the thread count.
+  Node decode_attn = make_node(OpKind::Attention, Shape{2, 1, 4, 64});
+  decode_attn.params.causal = true;
+  const auto decode_attn_args = attention_args({2, 1, 700, 4, 2, 64, true, true});
+  const std::pair<Node, const std::vector<Arg>*> runs[] = {{attn, &attn_args},
+                                                           {decode_attn, &decode_attn_args},
+                                                           {linear_node(530, 130), &gemm_args},
+                                                           {linear_node(67, 130), &gemv_chunk_args},
+                                                           {linear_node(1, 130), &gemv_args}};
   for (const std::string weights : {"native", "q8"})
     for (const auto& [node, args] : runs) {
       SCOPED_TRACE(std::string(op_name(node.op)) + " " + node.shape.str() + " " + weights);
@@ -202,9 +241,7 @@ TEST(Threaded, DeterministicForAFixedThreadCount) {
       const std::size_t n = outs[0].view().nbytes();
       EXPECT_EQ(std::memcmp(outs[0].view().data, outs[1].view().data, n), 0) << "1 thread, two runs";
       EXPECT_EQ(std::memcmp(outs[2].view().data, outs[3].view().data, n), 0) << "2 threads, two runs";
-      if (node.op == OpKind::Linear) {
-        EXPECT_EQ(std::memcmp(outs[0].view().data, outs[2].view().data, n), 0) << "1 vs 2 threads";
-      }
+      EXPECT_EQ(std::memcmp(outs[0].view().data, outs[2].view().data, n), 0) << "1 vs 2 threads";
     }
 }
 
