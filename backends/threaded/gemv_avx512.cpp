@@ -14,7 +14,10 @@
 //  - every row stream is prefetched kAhead bytes ahead; past the end of its row the prefetch runs
 //    on into the stream's next row, which is the next row in memory. The hint is non-temporal
 //    (each weight line is used once per token): 1-3% less time per qwen2.5-0.5b decode token than
-//    with T0 in 7 of 7 in-process A/B runs at 40-63 GB/s (a farther distance, 2 KB, was no better).
+//    with T0 in 7 of 7 in-process A/B runs at 40-63 GB/s. The distance needed grows with the
+//    bandwidth (more lines must be in flight): against 1 KB, 1.5 KB took 2.7-5.4% less time per
+//    token in 7 of 7 A/B runs at 70-78 GB/s and up to 2.7% more (1.2% on average) in 7 at
+//    42-52 GB/s; 2 KB gained as much at the high end but lost 2-3% at the low one.
 // Summation order of one output: lane-wise over the steps of K in ascending order, then the two
 // accumulators added and the 16 lanes reduced. It depends only on K (not on R, M, n or threads).
 #include "kernels.h"
@@ -27,7 +30,7 @@ namespace {
 using i64 = std::int64_t;
 
 constexpr i64 kStep = 32;     // K elements per step
-constexpr i64 kAhead = 1024;  // prefetch distance per row stream, bytes
+constexpr i64 kAhead = 1536;  // prefetch distance per row stream, bytes
 constexpr i64 kChunkBytes = 256 << 10;  // W bytes per row chunk when M > 3 (half an L2)
 
 inline __mmask16 lanes(i64 n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1u); }
