@@ -69,14 +69,8 @@ Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set
 
   const PlanKey key{false, in.batch, in.tokens, !in.mask.empty(), need_logits, false};
   const Plan& plan = plans_->get(key, taps, [&] {
-    auto pg = std::make_unique<PlannedGraph>();
-    GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
-    model_->build(BatchShape{in.batch, in.tokens, !in.mask.empty(), need_logits}, b);
-    pg->graph = b.finish();
-    std::vector<std::string> outputs;
-    if (need_logits) outputs.push_back("logits");
-    pg->plan = executor_->plan(pg->graph, outputs, [&](const std::string& h) { return taps.count(h) > 0; });
-    return pg;
+    return build_planned(BatchShape{in.batch, in.tokens, !in.mask.empty(), need_logits},
+                         [&](const std::string& h) { return taps.count(h) > 0; });
   }).plan;
 
   const Shape bt{in.batch, in.tokens};
@@ -87,6 +81,17 @@ Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set
   if (!in.mask.empty()) feeds["mask"] = TensorView(const_cast<std::uint8_t*>(in.mask.data()), DType::u8, bt);
   auto out = executor_->run(plan, feeds, tap);
   return need_logits ? out.at("logits") : Tensor();
+}
+
+std::unique_ptr<PlannedGraph> Session::build_planned(const BatchShape& shape, const Executor::Wants& tapped) const {
+  auto pg = std::make_unique<PlannedGraph>();
+  GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
+  model_->build(shape, b);
+  pg->graph = b.finish();
+  pg->plan = executor_->plan(pg->graph, shape.need_logits ? std::vector<std::string>{"logits"} : std::vector<std::string>{},
+                             tapped);
+  pg->past = shape.past_tokens;
+  return pg;
 }
 
 std::int64_t Session::graphs_built() const { return plans_->made(); }

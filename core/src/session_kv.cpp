@@ -85,13 +85,8 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
     runtime_error("forward_cached: {} mask entries for {} keys", in.mask.size(), in.batch * (P + T));
 
   PlannedGraph& pg = plans_->get(PlanKey{true, in.batch, T, !in.mask.empty(), need_logits, P > 0}, taps, [&] {
-    auto made = std::make_unique<PlannedGraph>();
-    GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
-    model_->build(BatchShape{in.batch, T, !in.mask.empty(), need_logits, P}, b);
-    made->graph = b.finish();
-    made->plan = executor_->plan(made->graph, need_logits ? std::vector<std::string>{"logits"} : std::vector<std::string>{},
-                                 [&](const std::string& h) { return kv_hooks_.count(h) > 0 || taps.count(h) > 0; });
-    made->past = P;
+    auto made = build_planned(BatchShape{in.batch, T, !in.mask.empty(), need_logits, P},
+                              [&](const std::string& h) { return kv_hooks_.count(h) > 0 || taps.count(h) > 0; });
     made->kv_concats = kv_concats(made->graph, past_k_, past_v_);
     return made;
   });

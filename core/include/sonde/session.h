@@ -78,6 +78,8 @@ class Session {
  private:
   void check_ids(const ForwardInput& in) const;
   void reshape_past(PlannedGraph& pg, const ForwardInput& in, std::int64_t past) const;
+  // The model's graph for `shape`, built and planned (the cache's entries are made here).
+  std::unique_ptr<PlannedGraph> build_planned(const BatchShape& shape, const Executor::Wants& tapped) const;
   Session() = default;
   std::filesystem::path dir_;
   ModelConfig config_;
