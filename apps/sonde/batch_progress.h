@@ -1,15 +1,15 @@
 #pragma once
 // Progress of sonde batch on stderr: a bar with rate and ETA redrawn in place on a terminal,
 // plain lines every few seconds otherwise; and the closing summary.
+#include <sonde/run.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
 
 namespace sonde::cli {
 
-struct BatchTotals {
-  std::int64_t prompts = 0, prompt_tokens = 0, completion_tokens = 0, rows = 0;
-};
+using BatchTotals = RunTotals;
 
 class BatchProgress {
  public:

@@ -175,7 +175,7 @@ std::uint64_t backend_weight_bytes(Session& s) {
 std::vector<ByteRange> decode_weight_ranges(Session& s) {
   std::vector<ByteRange> ranges;
   s.weights().visit([&](const WeightInfo& w) {
-    if (w.name == "model.embed_tokens.weight" && !s.config().tie_word_embeddings) return;
+    if (w.name == s.info().embedding_weight && !s.config().tie_word_embeddings) return;
     try {
       for (const auto& part : s.backend().weight_storage(w.name)) ranges.push_back({part.data(), part.size()});
     } catch (const Error&) {  // a tensor the model does not read (e.g. a tied lm_head)

@@ -1,8 +1,11 @@
 // sonde demo: the main job end to end on a built-in model. Makes a tiny random Qwen2 model (once),
-// captures the residual stream of every layer for a short text into an HDF5 file, and shows how
-// to read it.
+// captures the residual stream of every layer for a short text into an HDF5 file through the run
+// layer, and shows how to read it.
 #include "app_common.h"
 #include "commands.h"
+#include "make_model.h"
+
+#include <sonde/run.h>
 
 #include <filesystem>
 #include <iostream>
@@ -21,21 +24,32 @@ int cmd_demo(const Args& args) {
   if (!parse_options(args, "usage: sonde demo [--dir DIR] [--text T]", desc, vm)) return 0;
   namespace fs = std::filesystem;
   const fs::path model = fs::path(dir) / "tiny-qwen2", out = fs::path(dir) / "acts.h5";
-  std::vector<std::string> extra;
-  if (!plugin_dir.empty()) extra = {"--plugin-dir", plugin_dir};
 
   if (!fs::exists(model / "config.json")) {
-    Args make{"--arch", "qwen2", "--preset", "tiny", "--seed", "1", "--out", model.string(), "--force"};
-    make.insert(make.end(), extra.begin(), extra.end());
-    if (int rc = cmd_make_model(make)) return rc;
+    MakeOptions make;
+    make.seed = 1;
+    make.out = model.string();
+    make.force = true;
+    make_model(make, plugin_dir);
   } else {
     std::cout << "using the demo model in " << model.string() << "\n";
   }
-  Args fwd{"--model", model.string(), "--text", text, "--out", out.string(), "--overwrite", "--hooks",
-           "hook_embed,blocks.*.hook_resid_post,blocks.0.attn.hook_z,ln_final.hook_out"};
-  if (!backend.empty()) fwd.insert(fwd.end(), {"--backend", backend});
-  fwd.insert(fwd.end(), extra.begin(), extra.end());
-  if (int rc = cmd_forward(fwd)) return rc;
+  CommonOptions common;
+  common.model = model.string();
+  common.backend = backend;
+  common.plugin_dir = plugin_dir;
+  auto session = open_session(common);
+  Request request;
+  request.text = text;
+  request.where = "--text";
+  RunOptions o;
+  o.kind = RunKind::Forward;
+  o.command = "demo";
+  o.capture.hooks = "hook_embed,blocks.*.hook_resid_post,blocks.0.attn.hook_z,ln_final.hook_out";
+  o.sinks = {SinkSpec{"hdf5", out.string(), /*overwrite=*/true}};
+  const RunResult res = run(*session, {request}, o);
+  std::cout << "wrote " << out.string() << " (" << res.logits.shape()[0] << " tokens, " << res.hooks.size()
+            << " hooks, backend " << session->backend_name() << ")\n";
 
   std::cout << "\nRead it with h5py (Debian: apt-get install python3-h5py; run /usr/bin/python3):\n\n"
             << "  import h5py\n"

@@ -32,7 +32,7 @@ int cmd_inspect(const Args& args) {
   });
   std::cout << "model        " << session->model_dir().string() << "\n"
             << "architecture " << info.arch << " (model_type " << c.model_type << ", "
-            << (info.decoding == DecodingKind::MaskedDiffusion ? "masked diffusion" : "autoregressive") << ", "
+            << decoding_name(info.decoding) << ", "
             << (info.causal ? "causal" : "bidirectional") << " attention)\n"
             << "layers " << c.num_hidden_layers << ", hidden " << c.hidden_size << ", heads " << c.num_attention_heads
             << " (kv " << c.num_key_value_heads << ", dim " << c.head_dim << "), intermediate " << c.intermediate_size
@@ -45,9 +45,8 @@ int cmd_inspect(const Args& args) {
             << "threaded --weights q8 adds about " << gib(static_cast<double>(params) * 34.0 / 32.0)
             << " of int8 blocks; cpu-blas widens them to f32: " << gib(static_cast<double>(params) * 4)
             << "; plus activations\n";
-  if (Tokenizer::available(session->model_dir())) {
-    auto tok = Tokenizer::load(session->model_dir());
-    std::cout << "tokenizer    " << tok.vocab_size() << " tokens\n";
+  if (const Tokenizer* tok = session->tokenizer()) {
+    std::cout << "tokenizer    " << tok->vocab_size() << " tokens\n";
   } else {
     std::cout << "tokenizer    none (run from token ids with --ids)\n";
   }

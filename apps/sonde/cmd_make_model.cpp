@@ -3,6 +3,7 @@
 // The weight list comes from the model plugin itself, so make-model and load() never disagree.
 #include "app_common.h"
 #include "commands.h"
+#include "make_model.h"
 #include "presets.h"
 #include "random_weights.h"
 #include "special_tokens.h"
@@ -27,13 +28,6 @@ namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
 namespace {
-
-struct MakeOptions {
-  std::string arch = "qwen2", preset = "tiny", dtype = "f32", out, tokenizer_dir;
-  std::int64_t vocab = 0;
-  std::uint64_t seed = 0;
-  bool force = false;
-};
 
 ordered_json model_config(const MakeOptions& o, const Preset& p, std::int64_t vocab, const SpecialIds& ids) {
   const bool dream = o.arch == "dream";
@@ -176,6 +170,11 @@ int cmd_make_model(const Args& args) {
   if (!parse_options(args, "usage: sonde make-model --arch qwen2|dream --preset NAME --out DIR [options]", desc, vm))
     return 0;
   init_logging(log_level);
+  make_model(o, plugin_dir);
+  return 0;
+}
+
+void make_model(const MakeOptions& o, const std::string& plugin_dir) {
   if (o.arch != "qwen2" && o.arch != "dream") bad_input("--arch: unknown architecture '{}' (qwen2, dream)", o.arch);
   if (o.dtype != "f32" && o.dtype != "bf16") bad_input("--dtype: '{}' is not f32 or bf16", o.dtype);
   const Preset preset = find_preset(o.preset);
@@ -192,7 +191,7 @@ int cmd_make_model(const Args& args) {
   write_text(out / "generation_config.json", generation_config(o, ids).dump(2) + "\n");
 
   auto& registry = PluginRegistry::instance();
-  registry.scan(PluginRegistry::search_path(plugin_dir));
+  if (registry.searched().empty()) registry.scan(PluginRegistry::search_path(plugin_dir));
   const ModelConfig config = ModelConfig::load(out);
   auto model = registry.model_for(config.model_type);
   model->configure(config);
@@ -201,7 +200,6 @@ int cmd_make_model(const Args& args) {
   write_tokenizer(o, out, ids, vocab);
   std::cout << "wrote " << o.arch << " " << o.preset << " (" << o.dtype << ", vocab " << vocab << ", seed " << o.seed
             << ") to " << out.string() << "\n";
-  return 0;
 }
 
 }  // namespace sonde::cli

@@ -8,7 +8,7 @@ namespace sonde {
 void init_logging(std::string_view level) {
   auto lvl = spdlog::level::from_str(std::string(level));
   if (lvl == spdlog::level::off && level != "off")
-    bad_input("--log-level: unknown level '{}' (trace, debug, info, warn, error, off)", level);
+    bad_input("log level: unknown level '{}' (trace, debug, info, warn, error, off)", level);
   auto logger = spdlog::get("sonde");
   if (!logger) logger = spdlog::stderr_color_mt("sonde");
   logger->set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");

@@ -151,7 +151,7 @@ class Sha256 {
 
 fs::path resolve_model_dir(const std::string& model) {
   std::error_code ec;
-  if (model.empty()) bad_input("--model is empty: expected a model directory or an org/name from the Hugging Face cache");
+  if (model.empty()) bad_input("model: the path is empty: expected a model directory or an org/name from the Hugging Face cache");
   if (fs::is_directory(model, ec)) return fs::absolute(model).lexically_normal();
   if (!looks_like_repo_id(model))
     bad_input("model '{}': no such directory ({} does not exist; an org/name would be looked up in the Hugging Face cache)",

@@ -3,6 +3,7 @@
 #include <sonde/model_dir.h>
 #include <sonde/registry.h>
 #include <sonde/session.h>
+#include <sonde/tokenizer.h>
 
 #include "plan_cache.h"
 
@@ -28,11 +29,14 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
   s->model_->load(*s->weights_, *s->backend_);
   s->executor_ = std::make_unique<Executor>(*s->backend_, *s->reference_);
   s->plans_ = std::make_unique<PlanCache>();
-  for (std::int64_t i = 0; i < s->config_.num_hidden_layers; ++i) {
-    s->past_k_.push_back(fmt::format("past_k.{}", i));
-    s->past_v_.push_back(fmt::format("past_v.{}", i));
-    s->kv_hooks_[fmt::format("blocks.{}.attn.hook_rot_k", i)] = {static_cast<std::size_t>(i), false};
-    s->kv_hooks_[fmt::format("blocks.{}.attn.hook_v", i)] = {static_cast<std::size_t>(i), true};
+  s->info_ = s->model_->info();
+  const auto& kv = s->info_;
+  if (kv.new_k.size() != kv.past_k.size() || kv.new_v.size() != kv.past_k.size() || kv.past_v.size() != kv.past_k.size())
+    runtime_error("model plugin {}: KV cache names for {} / {} past and {} / {} new layers", kv.arch, kv.past_k.size(),
+                  kv.past_v.size(), kv.new_k.size(), kv.new_v.size());
+  for (std::size_t i = 0; i < kv.past_k.size(); ++i) {
+    s->kv_hooks_[kv.new_k[i]] = {i, false};
+    s->kv_hooks_[kv.new_v[i]] = {i, true};
   }
   spdlog::debug("loaded {} ({}) from {} on backend {}", s->config_.model_type, s->model_->info().arch,
                 s->dir_.string(), s->backend_->info().name);
@@ -95,5 +99,12 @@ std::unique_ptr<PlannedGraph> Session::build_planned(const BatchShape& shape, co
 }
 
 std::int64_t Session::graphs_built() const { return plans_->made(); }
+
+const Tokenizer* Session::tokenizer() const {
+  std::call_once(tokenizer_once_, [this] {
+    if (Tokenizer::available(dir_)) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(dir_));
+  });
+  return tokenizer_.get();
+}
 
 }  // namespace sonde

@@ -4,6 +4,8 @@
 #include <sonde/error.h>
 #include <sonde/session.h>
 
+#include <algorithm>
+
 #include "plan_cache.h"
 
 #include <cstring>
@@ -58,6 +60,12 @@ KvCache Session::new_kv_cache(std::int64_t batch, std::int64_t capacity) const {
   return c;
 }
 
+bool Session::is_past_input(const std::string& ref) const {
+  const auto& k = info_.past_k;
+  const auto& v = info_.past_v;
+  return std::find(k.begin(), k.end(), ref) != k.end() || std::find(v.begin(), v.end(), ref) != v.end();
+}
+
 // The graph of an earlier call alike but for its past length, now for `past` slots: the cached
 // K/V inputs and the mask grow, and every shape after them follows.
 void Session::reshape_past(PlannedGraph& pg, const ForwardInput& in, std::int64_t past) const {
@@ -65,7 +73,7 @@ void Session::reshape_past(PlannedGraph& pg, const ForwardInput& in, std::int64_
   const Shape kv{in.batch, past, config_.num_key_value_heads, d};
   pg.past = -1;  // a throw below leaves shapes half done; the next call redoes them
   pg.graph.reshape_inputs([&](const std::string& ref, Shape& shape) {
-    if (ref.starts_with("past_k.") || ref.starts_with("past_v.")) shape = kv;
+    if (is_past_input(ref)) shape = kv;
     if (ref == "mask") shape = Shape{in.batch, past + in.tokens};
   });
   pg.past = past;
@@ -87,7 +95,7 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   PlannedGraph& pg = plans_->get(PlanKey{true, in.batch, T, !in.mask.empty(), need_logits, P > 0}, taps, [&] {
     auto made = build_planned(BatchShape{in.batch, T, !in.mask.empty(), need_logits, P},
                               [&](const std::string& h) { return kv_hooks_.count(h) > 0 || taps.count(h) > 0; });
-    made->kv_concats = kv_concats(made->graph, past_k_, past_v_);
+    made->kv_concats = kv_concats(made->graph, info_.past_k, info_.past_v);
     return made;
   });
   if (pg.past != P) reshape_past(pg, in, P);
@@ -99,9 +107,9 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   };
   if (!in.mask.empty())
     feeds["mask"] = TensorView(const_cast<std::uint8_t*>(in.mask.data()), DType::u8, Shape{in.batch, P + T});
-  for (std::size_t i = 0; P > 0 && i < past_k_.size(); ++i) {
-    feeds[past_k_[i]] = past_view(cache.k[i], P);
-    feeds[past_v_[i]] = past_view(cache.v[i], P);
+  for (std::size_t i = 0; P > 0 && i < info_.past_k.size(); ++i) {
+    feeds[info_.past_k[i]] = past_view(cache.k[i], P);
+    feeds[info_.past_v[i]] = past_view(cache.v[i], P);
   }
   // Each layer's keys and values, past then new, are written where they belong: the cache's
   // first P + T slots (the executor takes the view when it is contiguous, i.e. for one row), so

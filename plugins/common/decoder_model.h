@@ -17,6 +17,19 @@ class DecoderModel : public ModelPlugin {
   void build(const BatchShape& shape, GraphBuilder& b) const override { build_decoder(spec_, shape, b); }
 
  protected:
+  // What every family of the shared decoder names alike (decoder.cpp builds these names).
+  ModelInfo decoder_info() const {
+    ModelInfo i;
+    i.embedding_weight = "model.embed_tokens.weight";
+    for (std::int64_t l = 0; l < spec_.layers; ++l) {
+      const auto layer = std::to_string(l);
+      i.past_k.push_back("past_k." + layer);
+      i.past_v.push_back("past_v." + layer);
+      i.new_k.push_back("blocks." + layer + ".attn.hook_rot_k");
+      i.new_v.push_back("blocks." + layer + ".attn.hook_v");
+    }
+    return i;
+  }
   DecoderSpec spec_;
 };
 

@@ -11,12 +11,13 @@ namespace sonde::dream {
 class DreamModel final : public common::DecoderModel {
  public:
   ModelInfo info() const override {
-    ModelInfo i;
+    ModelInfo i = decoder_info();
     i.arch = "dream";
     i.decoding = DecodingKind::MaskedDiffusion;
     i.causal = false;
     i.prediction_shift = 1;
     i.mask_token_id = mask_token_id_;
+    i.end_tokens = {"<|endoftext|>", "<|dlm_pad|>"};  // model-spec §3.5
     return i;
   }
   // The decoder's hooks plus the diffusion loop's state (design §4), filled by the capture.

@@ -9,7 +9,7 @@ namespace sonde::qwen2 {
 class Qwen2Model final : public common::DecoderModel {
  public:
   ModelInfo info() const override {
-    ModelInfo i;
+    ModelInfo i = decoder_info();
     i.arch = "qwen2";
     i.decoding = DecodingKind::Autoregressive;
     i.causal = true;

@@ -60,6 +60,9 @@ struct CapturedPrompt {
 
 // Hands one whole prompt to the sink: each hook's rows, the /rows entries, /steps, end_prompt.
 void write_captured(Sink& sink, const CaptureSpec& spec, const CapturedPrompt& cap, const PromptRecord& prompt);
+// The same for `hooks` only (a subset of the spec's: those a sink wants).
+void write_captured(Sink& sink, const std::vector<HookPoint>& hooks, const CapturedPrompt& cap,
+                    const PromptRecord& prompt);
 
 // generate_autoregressive, capturing prompt rows at prefill (step -1) and each generated
 // token's row from the forward that reads it (step = the step that chose it). prompt_idx gives

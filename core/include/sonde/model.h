@@ -14,6 +14,9 @@
 namespace sonde {
 
 enum class DecodingKind { Autoregressive, MaskedDiffusion };
+inline const char* decoding_name(DecodingKind k) {
+  return k == DecodingKind::MaskedDiffusion ? "masked diffusion" : "autoregressive";
+}
 
 struct ModelInfo {
   std::string arch;              // "qwen2", "dream"
@@ -21,6 +24,12 @@ struct ModelInfo {
   bool causal = true;
   int prediction_shift = 0;      // 1 for Dream: the logits at slot p predict token p+1
   std::int64_t mask_token_id = -1;
+  // Names the core and the app read here instead of knowing a family's (design idiom 8).
+  std::string embedding_weight;         // the token embedding table: read one row per token
+  std::vector<std::string> end_tokens;  // diffusion: a completion's text ends before the first of these
+  // The KV cache as the graph names it, per layer (BatchShape): the past Inputs and the hooks that
+  // hold this call's post-RoPE K and V. Empty for a model without a KV cache.
+  std::vector<std::string> past_k, past_v, new_k, new_v;
 };
 
 // A row dimension that is the number of keys the query attends over (attn.hook_pattern): it

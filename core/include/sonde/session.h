@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <string_view>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 namespace sonde {
 
 class PlanCache;
+class Tokenizer;
 struct PlannedGraph;
 
 struct SessionOptions {
@@ -46,11 +49,15 @@ class Session {
   ~Session();
 
   const ModelConfig& config() const { return config_; }
-  ModelInfo info() const { return model_->info(); }
+  const ModelInfo& info() const { return info_; }
   std::vector<HookPoint> hook_points() const { return model_->hook_points(); }
   Backend& backend() { return *backend_; }
+  std::string backend_name() const { return backend_->info().name; }
   const WeightSource& weights() const { return *weights_; }
   const std::filesystem::path& model_dir() const { return dir_; }
+  // The model's tokenizer, loaded on first use and then kept (one load per session); null when
+  // the model directory has none.
+  const Tokenizer* tokenizer() const;
 
   // BadInput naming the first id outside [0, vocab_size) and its position.
   void check_ids(const std::vector<std::int32_t>& ids) const;
@@ -77,6 +84,7 @@ class Session {
 
  private:
   void check_ids(const ForwardInput& in) const;
+  bool is_past_input(const std::string& ref) const;
   void reshape_past(PlannedGraph& pg, const ForwardInput& in, std::int64_t past) const;
   // The model's graph for `shape`, built and planned (the cache's entries are made here).
   std::unique_ptr<PlannedGraph> build_planned(const BatchShape& shape, const Executor::Wants& tapped) const;
@@ -89,7 +97,9 @@ class Session {
   std::shared_ptr<Backend> reference_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<PlanCache> plans_;
-  std::vector<std::string> past_k_, past_v_;       // per layer: the graph inputs of the cached K/V
+  ModelInfo info_;
+  mutable std::once_flag tokenizer_once_;
+  mutable std::unique_ptr<Tokenizer> tokenizer_;
   std::map<std::string, std::pair<std::size_t, bool>> kv_hooks_;  // hook -> (layer, is V)
 };
 

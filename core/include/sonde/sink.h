@@ -1,6 +1,7 @@
 #pragma once
-// Where captured activations go. The executor asks wants() at plan time only; write() receives
-// the rows of one hook for one prompt. Sinks are plugins of kind "sink" (hooks/).
+// Where captured activations go. A run (run.h) asks each sink wants() for every captured hook
+// once, when it opens the sink, and then hands it only those hooks; write() receives the rows of
+// one hook for one prompt. Sinks are plugins of kind "sink" (hooks/).
 #include <sonde/model.h>
 #include <sonde/plugin.h>
 #include <sonde/tensor.h>

@@ -1,13 +1,13 @@
-#include "batch_input.h"
-
+#include <sonde/dataset.h>
 #include <sonde/error.h>
 
-#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include <climits>
 #include <fstream>
 #include <map>
 
-namespace sonde::cli {
+namespace sonde {
 namespace {
 
 using nlohmann::json;
@@ -27,17 +27,7 @@ std::string id_of(const json& j) {
   bad_line("\"id\" must be a non-empty string or an integer, got " + id.dump());
 }
 
-void check_option(const std::string& key, const json& v) {
-  const bool number = v.is_number();
-  const bool whole = v.is_number_integer() || v.is_number_unsigned();
-  const bool ok = key == "stop" ? v.is_array() && std::all_of(v.begin(), v.end(), [](const json& s) { return s.is_string(); })
-                  : key == "alg" ? v.is_string()
-                  : key == "max_new_tokens" || key == "top_k" || key == "steps" || key == "seed" ? whole && v.get<std::int64_t>() >= 0
-                  : number;
-  if (!ok) bad_line("option \"" + key + "\" has a bad value " + v.dump());
-}
-
-BatchRequest parse_line(const std::string& text, std::int64_t line) {
+Request parse_line(const std::string& text, std::int64_t line) {
   json j;
   try {
     j = json::parse(text);
@@ -45,13 +35,13 @@ BatchRequest parse_line(const std::string& text, std::int64_t line) {
     bad_line(std::string("not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) bad_line("not a JSON object");
-  BatchRequest r;
-  r.line = line;
+  Request r;
+  r.where = "line " + std::to_string(line);
   r.id = id_of(j);
   const int inputs = static_cast<int>(j.contains("prompt")) + static_cast<int>(j.contains("messages")) +
                      static_cast<int>(j.contains("ids"));
   if (inputs != 1) bad_line("needs exactly one of \"prompt\", \"messages\" and \"ids\"");
-  r.options = json::object();
+  json settings = json::object();
   for (const auto& [key, value] : j.items()) {
     if (key == "id") continue;
     if (key == "prompt") {
@@ -59,10 +49,11 @@ BatchRequest parse_line(const std::string& text, std::int64_t line) {
       r.text = value.get<std::string>();
     } else if (key == "messages") {
       if (!value.is_array() || value.empty()) bad_line("\"messages\" must be a non-empty array");
-      for (const auto& m : value)
+      for (const auto& m : value) {
         if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() || !m["content"].is_string())
           bad_line("each message needs string \"role\" and \"content\"");
-      r.messages = value;
+        r.messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      }
     } else if (key == "ids") {
       if (!value.is_array() || value.empty()) bad_line("\"ids\" must be a non-empty array of token ids");
       for (const auto& v : value) {
@@ -70,44 +61,40 @@ BatchRequest parse_line(const std::string& text, std::int64_t line) {
           bad_line("\"ids\" holds " + v.dump() + ", not a token id");
         r.ids.push_back(v.get<std::int32_t>());
       }
-    } else if (std::find(batch_option_names().begin(), batch_option_names().end(), key) != batch_option_names().end()) {
-      check_option(key, value);
-      r.options[key] = value;
     } else {
-      bad_line("unknown field \"" + key + "\"");
+      settings[key] = value;
     }
+  }
+  try {
+    r.settings = GenerationSettings::from_json(settings);
+  } catch (const Error& e) {
+    bad_line(e.what());
   }
   return r;
 }
 
 }  // namespace
 
-const std::vector<std::string>& batch_option_names() {
-  static const std::vector<std::string> names{"max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
-                                              "seed", "steps", "alg", "alg_temp", "eps", "stop"};
-  return names;
-}
-
-BatchInput read_batch_input(const std::filesystem::path& file, bool skip_bad) {
+Dataset read_dataset(const std::filesystem::path& file, bool skip_bad) {
   std::ifstream in(file);
-  if (!in) bad_input("--input: cannot read '{}'", file.string());
-  BatchInput out;
+  if (!in) bad_input("dataset: cannot read '{}'", file.string());
+  Dataset out;
   std::map<std::string, std::int64_t> first_line;  // id -> line it first appeared on
   std::string text;
   for (std::int64_t line = 1; std::getline(in, text); ++line) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      BatchRequest r = parse_line(text, line);
+      Request r = parse_line(text, line);
       if (auto [it, fresh] = first_line.emplace(r.id, line); !fresh)
         bad_line("id \"" + r.id + "\" repeats line " + std::to_string(it->second));
       out.requests.push_back(std::move(r));
     } catch (const LineError& e) {
-      if (!skip_bad) bad_input("{} line {}: {} (--skip-bad-lines skips such lines)", file.string(), line, e.why);
+      if (!skip_bad) bad_input("{} line {}: {}", file.string(), line, e.why);
       out.skipped.push_back("line " + std::to_string(line) + ": " + e.why);
     }
   }
-  if (out.requests.empty()) bad_input("--input: {} holds no requests", file.string());
+  if (out.requests.empty()) bad_input("dataset: {} holds no requests", file.string());
   return out;
 }
 
-}  // namespace sonde::cli
+}  // namespace sonde

@@ -1,6 +1,5 @@
-#include "batch_results.h"
-
 #include <sonde/error.h>
+#include <sonde/results_file.h>
 
 #include <cerrno>
 #include <cstring>
@@ -8,20 +7,20 @@
 #include <fstream>
 #include <unistd.h>
 
-namespace sonde::cli {
+namespace sonde {
 
 ResultsFile::ResultsFile(const std::filesystem::path& path, bool resume, std::uint64_t keep_bytes, bool durable)
     : path_(path), durable_(durable) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) runtime_error("--output: cannot open {} for writing: {}", path.string(), std::strerror(errno));
+  if (fd_ < 0) runtime_error("results file: cannot open {} for writing: {}", path.string(), std::strerror(errno));
   const auto have = static_cast<std::uint64_t>(std::filesystem::file_size(path));
   if (resume && have < keep_bytes)
-    runtime_error("--resume: {} holds {} bytes but the activation file committed {}; the results file was changed",
+    runtime_error("resume: {} holds {} bytes but the activation file committed {}; the results file was changed",
                   path.string(), have, keep_bytes);
   size_ = resume ? keep_bytes : 0;
   // Lines past the mark belong to prompts that were not committed: they are written again.
   if (::ftruncate(fd_, static_cast<off_t>(size_)) != 0 || ::lseek(fd_, static_cast<off_t>(size_), SEEK_SET) < 0)
-    runtime_error("--output: cannot truncate {} to {} bytes: {}", path.string(), size_, std::strerror(errno));
+    runtime_error("results file: cannot truncate {} to {} bytes: {}", path.string(), size_, std::strerror(errno));
 }
 
 ResultsFile::~ResultsFile() {
@@ -37,11 +36,11 @@ std::uint64_t ResultsFile::commit() {
       const std::string why = std::strerror(errno);
       // Cut the partial write off: the file must end at a committed line boundary.
       if (::ftruncate(fd_, static_cast<off_t>(size_)) == 0) ::lseek(fd_, static_cast<off_t>(size_), SEEK_SET);
-      runtime_error("--output: writing {} failed: {} (results up to byte {} are committed)", path_.string(), why, size_);
+      runtime_error("results file: writing {} failed: {} (results up to byte {} are committed; resuming continues from there)", path_.string(), why, size_);
     }
     done += static_cast<std::size_t>(n);
   }
-  if (durable_ && ::fsync(fd_) != 0) runtime_error("--output: fsync of {} failed: {}", path_.string(), std::strerror(errno));
+  if (durable_ && ::fsync(fd_) != 0) runtime_error("results file: fsync of {} failed: {}", path_.string(), std::strerror(errno));
   size_ += pending_.size();
   pending_.clear();
   return size_;
@@ -61,4 +60,4 @@ ResultsMark complete_lines(const std::filesystem::path& path) {
   return m;
 }
 
-}  // namespace sonde::cli
+}  // namespace sonde

@@ -1,12 +1,12 @@
 #pragma once
-// results.jsonl of sonde batch, committed in step with the activation file: lines are buffered
-// and written at each checkpoint; the byte length after the write is the mark recorded in the
-// HDF5 /progress, so on resume the file is cut back to exactly what the HDF5 file holds.
+// The results JSONL of a committed run (sonde batch), committed in step with its sinks: lines are
+// buffered and written at each checkpoint; the byte length after the write is the mark the sinks
+// record (HDF5 /progress), so on resume the file is cut back to exactly what the sinks hold.
 #include <cstdint>
 #include <filesystem>
 #include <string>
 
-namespace sonde::cli {
+namespace sonde {
 
 class ResultsFile {
  public:
@@ -36,4 +36,4 @@ struct ResultsMark {
 };
 ResultsMark complete_lines(const std::filesystem::path& path);
 
-}  // namespace sonde::cli
+}  // namespace sonde

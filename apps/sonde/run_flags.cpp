@@ -1,0 +1,68 @@
+#include "run_flags.h"
+
+#include <sonde/capture.h>
+#include <sonde/sampling.h>
+
+namespace sonde::cli {
+namespace {
+
+template <typename T>
+std::optional<T> flag(const po::variables_map& vm, const char* name) {
+  return vm.count(name) ? std::optional<T>(vm[name].as<T>()) : std::nullopt;
+}
+
+}  // namespace
+
+void add_capture_options(po::options_description& desc, CaptureSettings& c) {
+  desc.add_options()
+      ("hooks", po::value(&c.hooks), "hooks to capture: names, aliases, globs, ranges, comma-separated")
+      ("positions", po::value(&c.positions)->default_value("all"), "all, prompt, generated or last")
+      ("diffusion-capture", po::value(&c.diffusion_capture)->default_value("commit"),
+       "diffusion steps captured: commit, final, all or every:K")
+      ("storage-dtype", po::value(&c.storage)->default_value("f32"), "f32, bf16 or f16")
+      ("compress", po::bool_switch(&c.compress), "shuffle + deflate the activations (smaller files, slower writes)");
+}
+
+void check_capture_flags(const CaptureSettings& c) {
+  as_flag("--positions", [&] { parse_position_policy(c.positions); });
+  as_flag("--diffusion-capture", [&] { parse_step_policy(c.diffusion_capture); });
+  as_flag("--storage-dtype", [&] { c.storage_dtype(); });
+}
+
+void add_generation_options(po::options_description& desc, bool all) {
+  desc.add_options()
+      ("max-new-tokens", po::value<std::int64_t>(), "tokens to generate (default: generation_config.json, else 64)")
+      ("temperature", po::value<double>(), "0: greedy / argmax")
+      ("top-k", po::value<std::int64_t>(), "keep the k most likely tokens")
+      ("top-p", po::value<double>(), "nucleus sampling mass")
+      ("steps", po::value<std::int64_t>(), "diffusion steps (default: max-new-tokens)")
+      ("alg", po::value<std::string>(), "diffusion: origin, maskgit_plus, topk_margin or entropy (default entropy)");
+  if (!all) return;
+  desc.add_options()
+      ("repetition-penalty", po::value<double>(), "autoregressive only")
+      ("alg-temp", po::value<double>(), "diffusion: > 0 samples positions from softmax(conf / alg_temp)")
+      ("eps", po::value<double>(), "diffusion: final timestep (default 1e-3)")
+      ("stop", po::value<std::vector<std::string>>()->composing(),
+       "autoregressive: stop when the completion text contains this string (repeatable); the text "
+       "ends before it, the ids keep every token up to the one that completed it");
+}
+
+GenerationSettings generation_settings(const po::variables_map& vm) {
+  GenerationSettings s;
+  s.max_new_tokens = flag<std::int64_t>(vm, "max-new-tokens");
+  s.top_k = flag<std::int64_t>(vm, "top-k");
+  s.steps = flag<std::int64_t>(vm, "steps");
+  s.temperature = flag<double>(vm, "temperature");
+  s.top_p = flag<double>(vm, "top-p");
+  s.repetition_penalty = flag<double>(vm, "repetition-penalty");
+  s.alg_temp = flag<double>(vm, "alg-temp");
+  s.eps = flag<double>(vm, "eps");
+  s.alg = flag<std::string>(vm, "alg");
+  s.stop = flag<std::vector<std::string>>(vm, "stop");
+  if (s.max_new_tokens && *s.max_new_tokens < 1) bad_input("--max-new-tokens must be at least 1, got {}", *s.max_new_tokens);
+  if (s.steps && *s.steps < 1) bad_input("--steps must be at least 1, got {}", *s.steps);
+  if (s.alg) as_flag("--alg", [&] { parse_diffusion_alg(*s.alg); });
+  return s;
+}
+
+}  // namespace sonde::cli

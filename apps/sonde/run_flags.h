@@ -1,0 +1,34 @@
+#pragma once
+// The command-line flags of a run shared by forward, generate and batch: capture settings and
+// generation settings, parsed into the run layer's types (sonde/run.h). Errors name the flag.
+#include "app_common.h"
+
+#include <sonde/error.h>
+#include <sonde/run.h>
+
+#include <fmt/core.h>
+
+namespace sonde::cli {
+
+// Runs `check`; a sonde::Error it throws (which names the setting) is rethrown naming `flag`.
+template <typename F>
+void as_flag(const char* flag, F&& check) {
+  try {
+    check();
+  } catch (const Error& e) {
+    throw Error(e.kind(), fmt::format("{}: {}", flag, e.what()));
+  }
+}
+
+// --hooks, --positions, --diffusion-capture, --storage-dtype, --compress.
+void add_capture_options(po::options_description& desc, CaptureSettings& c);
+// Checks the policies and the storage dtype before anything is opened.
+void check_capture_flags(const CaptureSettings& c);
+
+// --max-new-tokens, --temperature, --top-k, --top-p, --steps, --alg; with `all` also
+// --repetition-penalty, --alg-temp, --eps and --stop (repeatable).
+void add_generation_options(po::options_description& desc, bool all);
+// The generation flags given on the command line (unset ones stay unset); checks their values.
+GenerationSettings generation_settings(const po::variables_map& vm);
+
+}  // namespace sonde::cli

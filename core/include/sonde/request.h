@@ -1,0 +1,64 @@
+#pragma once
+// What a run is asked to do for one prompt (design §6): the prompt as text, chat messages or
+// token ids, and generation settings. Settings are typed and every field optional: a field left
+// unset takes the run's default, then generation_config.json's value, then the family's default,
+// resolved here and nowhere else.
+#include <sonde/chat.h>
+#include <sonde/decode.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sonde {
+
+struct ModelConfig;
+struct ModelInfo;
+class Tokenizer;
+
+struct GenerationSettings {
+  std::optional<std::int64_t> max_new_tokens, top_k, steps;
+  std::optional<double> temperature, top_p, repetition_penalty, eps, alg_temp;
+  std::optional<std::string> alg;                 // diffusion: origin, maskgit_plus, topk_margin, entropy
+  std::optional<std::vector<std::string>> stop;   // autoregressive stop strings
+  std::optional<std::uint64_t> seed;              // else the run's seed + the request's index
+
+  // The settings of `over` where set, else these.
+  GenerationSettings overridden_by(const GenerationSettings& over) const;
+  // The set fields under the keys of a dataset line (max_new_tokens, temperature, ...), seed
+  // included; unset fields are absent. Requests whose settings_key() agree share micro-batches.
+  nlohmann::json to_json() const;
+  std::string batch_key() const;  // to_json() without the seed
+  // A JSON object with those keys. BadInput "field: ..." naming the key and value for an unknown
+  // key or a value of the wrong type or sign.
+  static GenerationSettings from_json(const nlohmann::json& object);
+  // The keys from_json accepts.
+  static const std::vector<std::string>& keys();
+};
+
+struct Request {
+  std::string id;                      // "" becomes the request's index
+  std::string where;                   // where it came from, for messages: "line 3", "prompt 0"
+  std::string text;                    // a prompt, encoded as it is
+  std::vector<ChatMessage> messages;   // or a chat, rendered with the model's template
+  std::vector<std::int32_t> ids;       // or token ids
+  GenerationSettings settings;
+};
+
+// The settings resolved for a model (family defaults from its info, generation_config.json).
+std::int64_t resolve_max_new_tokens(const GenerationSettings& s, const ModelConfig& cfg);
+// Greedy unless a temperature > 0 or generation_config's do_sample says otherwise. Stop strings
+// need the tokenizer (BadInput without one); `tok` must outlive the options.
+ArOptions resolve_autoregressive(const GenerationSettings& s, const ModelConfig& cfg, const Tokenizer* tok);
+// Dream's defaults: steps = max_new_tokens, alg entropy, eps 1e-3, temperature 0.
+DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg);
+
+// A completion's text, or nullopt without a tokenizer: cut before the first of the model's end
+// tokens (Dream: model-spec §3.5), and an autoregressive one before its first stop string.
+std::optional<std::string> completion_text(const Tokenizer* tok, const ModelInfo& info,
+                                           const std::vector<std::int32_t>& ids, const std::vector<std::string>& stop);
+
+}  // namespace sonde

@@ -1,0 +1,141 @@
+#pragma once
+// The run layer: one path from a list of requests to sinks, for a forward pass, generation
+// (autoregressive or masked diffusion, chosen by the model's info) and whole datasets. The CLI,
+// the Python package and MPI ranks call run(); they parse options and render progress, run()
+// does the rest: prepares requests with the session's tokenizer, forms micro-batches, captures
+// hooks, hands rows to every sink, and for a committed run (a results file) checkpoints the
+// results and the sinks in step and resumes after their last common mark.
+#include <sonde/capture.h>
+#include <sonde/request.h>
+#include <sonde/session.h>
+#include <sonde/sink.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace sonde {
+
+// Which hooks are captured and how rows are chosen and stored (capture.h, design §5).
+struct CaptureSettings {
+  std::string hooks;                         // a hook selection (hooks.h); "" captures none
+  std::string positions = "all";             // all, prompt, generated, last
+  std::string diffusion_capture = "commit";  // commit, final, all, every:K
+  std::string storage = "f32";               // f32, bf16, f16
+  bool compress = false;                     // shuffle + deflate
+  // BadInput naming the setting and value; checks everything that needs no model.
+  void check() const;
+  DType storage_dtype() const;
+  nlohmann::json to_json() const;            // recorded in run_config_json
+};
+
+// What a run reads of a loaded model. A Session provides it (run(Session&, ...)); unit tests give
+// a fake, so the run layer is tested without a checkpoint.
+class RunModel {
+ public:
+  virtual ~RunModel() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual const ModelInfo& info() const = 0;
+  virtual std::vector<HookPoint> hook_points() const = 0;
+  virtual const Tokenizer* tokenizer() const = 0;  // null: requests must give token ids
+  virtual std::string backend_name() const = 0;
+  virtual std::filesystem::path model_dir() const = 0;
+  // The decode loops' forward (decode.h), kept for the run.
+  virtual DecodeForward& decoder() = 0;
+  // One forward pass over one sequence (RunKind::Forward): logits [1, T, V]; hooks to `tap` as
+  // [1, T, *row_shape].
+  virtual Tensor forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap) = 0;
+};
+
+// The capture spec of `settings` for a model: hooks resolved (closest names suggested for
+// unknown ones), policies parsed, special tokens from the config and tokenizer.
+// `per_sequence_ok`: hooks with a row per key (attention patterns) are allowed (a forward pass).
+CaptureSpec make_capture_spec(const RunModel& m, const CaptureSettings& settings, bool per_sequence_ok = false);
+CaptureSpec make_capture_spec(Session& s, const CaptureSettings& settings, bool per_sequence_ok = false);
+
+// A sink the run opens: by its registry name (plugins of kind "sink"), or one given.
+struct SinkSpec {
+  std::string name = "hdf5";
+  std::string path;
+  bool overwrite = false;
+  std::shared_ptr<Sink> sink;  // given: used instead of a new one from the registry
+};
+
+enum class RunKind {
+  Forward,   // one forward pass over one request's tokens: logits, every position's hooks
+  Generate,  // the model's decoding (ModelInfo::decoding), in micro-batches
+};
+
+struct RunTotals {
+  std::int64_t prompts = 0, prompt_tokens = 0, completion_tokens = 0, rows = 0;
+};
+
+struct RunProgress {
+  std::int64_t total = 0;      // requests in the run
+  std::int64_t committed = 0;  // requests done by earlier runs (resume)
+  RunTotals totals;            // this call's work so far
+};
+
+struct RunOptions {
+  RunKind kind = RunKind::Generate;
+  std::string command = "run";       // recorded in run_config_json ("forward", "generate", "batch")
+  GenerationSettings defaults;       // under every request's own settings
+  std::uint64_t seed = 0;            // a request without a seed uses seed + its index
+  std::int64_t batch_size = 0;       // requests per micro-batch (equal settings only); 0: all at once
+  bool use_kv_cache = true;          // autoregressive: false recomputes the prefix every step
+  bool skip_bad = false;             // a request that fails preparation is skipped, not fatal
+  CaptureSettings capture;           // nothing is captured without a sink
+  std::vector<SinkSpec> sinks;       // each receives the hooks it wants()
+  // A committed run: results (one JSON line per request) written at checkpoints in step with the
+  // sinks, which then stream and can resume. Empty: the sinks are one-shot files.
+  std::string results_path;
+  std::string dataset_path;          // recorded (its sha256) so that a resume checks the input
+  bool resume = false, durable = false;
+  std::int64_t checkpoint_every = 64;
+  double checkpoint_seconds = 60;
+  bool record_history = false;       // diffusion: every step's canvas into RequestResult::history
+  bool keep_results = true;          // false: RunResult::results stays empty (a dataset's results
+                                     // go to the results file; memory stays flat)
+
+  const std::atomic<bool>* cancel = nullptr;  // checked between micro-batches
+  std::function<void(const RunProgress&)> on_progress;  // after each micro-batch
+  std::function<void(const std::string&)> on_note;      // "resuming after ...", "skipped ..."
+  // Autoregressive: each token as it is chosen, by request index (streaming to a terminal).
+  std::function<void(std::int64_t request, std::int32_t token)> on_token;
+};
+
+struct RequestResult {
+  std::int64_t index = 0;                    // in the request list
+  std::string id, text;                      // text: as encoded (the rendered chat for messages)
+  std::vector<std::int32_t> prompt_ids, completion;
+  std::optional<std::string> completion_text;  // nullopt without a tokenizer
+  std::string finish_reason;                 // eos, stop, length; forward for a forward pass
+  std::uint64_t seed = 0;
+  std::vector<std::vector<std::int32_t>> history;  // record_history: the canvas after each step
+};
+
+struct RunResult {
+  std::vector<RequestResult> results;  // the requests this call ran, in order (keep_results)
+  std::vector<HookPoint> hooks;        // captured (row shapes as stored)
+  Tensor logits;                       // Forward: [T, vocab] f32
+  std::int64_t committed_before = 0;   // requests an earlier run had committed (resume)
+  std::vector<std::string> skipped;    // skip_bad: "line N: why"
+  RunTotals totals;
+  bool cancelled = false;              // stopped by `cancel`; a committed run is resumable
+};
+
+// Runs `requests`. BadInput (nothing written) for a request that cannot run: no tokens, ids
+// outside the vocabulary, too long for the model, bad settings; with skip_bad such requests
+// are skipped and listed. Opens every sink only after all requests are prepared.
+RunResult run(Session& session, const std::vector<Request>& requests, const RunOptions& options);
+RunResult run(RunModel& model, const std::vector<Request>& requests, const RunOptions& options);
+
+}  // namespace sonde

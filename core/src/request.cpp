@@ -1,0 +1,162 @@
+#include <sonde/config.h>
+#include <sonde/error.h>
+#include <sonde/model.h>
+#include <sonde/request.h>
+#include <sonde/sampling.h>
+#include <sonde/stop_strings.h>
+#include <sonde/tokenizer.h>
+
+#include <algorithm>
+
+namespace sonde {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+void set_if(json& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+
+template <typename T>
+void take(std::optional<T>& into, const std::optional<T>& from) {
+  if (from) into = from;
+}
+
+[[noreturn]] void bad_value(const std::string& key, const json& v) {
+  bad_input("field \"{}\": bad value {}", key, v.dump());
+}
+
+std::int64_t whole(const std::string& key, const json& v) {
+  if (!(v.is_number_integer() || v.is_number_unsigned()) || v.get<std::int64_t>() < 0) bad_value(key, v);
+  return v.get<std::int64_t>();
+}
+
+double number(const std::string& key, const json& v) {
+  if (!v.is_number()) bad_value(key, v);
+  return v.get<double>();
+}
+
+}  // namespace
+
+const std::vector<std::string>& GenerationSettings::keys() {
+  static const std::vector<std::string> names{"max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
+                                              "seed", "steps", "alg", "alg_temp", "eps", "stop"};
+  return names;
+}
+
+GenerationSettings GenerationSettings::overridden_by(const GenerationSettings& o) const {
+  GenerationSettings s = *this;
+  take(s.max_new_tokens, o.max_new_tokens);
+  take(s.top_k, o.top_k);
+  take(s.steps, o.steps);
+  take(s.temperature, o.temperature);
+  take(s.top_p, o.top_p);
+  take(s.repetition_penalty, o.repetition_penalty);
+  take(s.eps, o.eps);
+  take(s.alg_temp, o.alg_temp);
+  take(s.alg, o.alg);
+  take(s.stop, o.stop);
+  take(s.seed, o.seed);
+  return s;
+}
+
+json GenerationSettings::to_json() const {
+  json j = json::object();
+  set_if(j, "max_new_tokens", max_new_tokens);
+  set_if(j, "top_k", top_k);
+  set_if(j, "steps", steps);
+  set_if(j, "temperature", temperature);
+  set_if(j, "top_p", top_p);
+  set_if(j, "repetition_penalty", repetition_penalty);
+  set_if(j, "eps", eps);
+  set_if(j, "alg_temp", alg_temp);
+  set_if(j, "alg", alg);
+  set_if(j, "stop", stop);
+  set_if(j, "seed", seed);
+  return j;
+}
+
+std::string GenerationSettings::batch_key() const {
+  json j = to_json();
+  j.erase("seed");
+  return j.dump();
+}
+
+GenerationSettings GenerationSettings::from_json(const json& o) {
+  if (!o.is_object()) bad_input("generation settings: expected a JSON object, got {}", o.dump());
+  GenerationSettings s;
+  for (const auto& [key, v] : o.items()) {
+    if (key == "max_new_tokens") s.max_new_tokens = whole(key, v);
+    else if (key == "top_k") s.top_k = whole(key, v);
+    else if (key == "steps") s.steps = whole(key, v);
+    else if (key == "seed") s.seed = static_cast<std::uint64_t>(whole(key, v));
+    else if (key == "temperature") s.temperature = number(key, v);
+    else if (key == "top_p") s.top_p = number(key, v);
+    else if (key == "repetition_penalty") s.repetition_penalty = number(key, v);
+    else if (key == "eps") s.eps = number(key, v);
+    else if (key == "alg_temp") s.alg_temp = number(key, v);
+    else if (key == "alg") {
+      if (!v.is_string()) bad_value(key, v);
+      s.alg = v.get<std::string>();
+    } else if (key == "stop") {
+      if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); })) bad_value(key, v);
+      s.stop = v.get<std::vector<std::string>>();
+    } else {
+      bad_input("unknown field \"{}\"", key);
+    }
+  }
+  return s;
+}
+
+std::int64_t resolve_max_new_tokens(const GenerationSettings& s, const ModelConfig& cfg) {
+  return s.max_new_tokens.value_or(cfg.generation.max_new_tokens.value_or(64));
+}
+
+ArOptions resolve_autoregressive(const GenerationSettings& s, const ModelConfig& cfg, const Tokenizer* tok) {
+  const auto& gen = cfg.generation;
+  ArOptions a;
+  a.max_new_tokens = resolve_max_new_tokens(s, cfg);
+  a.sampling.do_sample = s.temperature ? *s.temperature > 0 : gen.do_sample;
+  a.sampling.temperature = s.temperature.value_or(gen.temperature.value_or(1.0));
+  if (a.sampling.temperature <= 0) a.sampling.temperature = 1.0;  // greedy ignores it
+  a.sampling.top_k = s.top_k.value_or(gen.top_k.value_or(0));
+  a.sampling.top_p = s.top_p.value_or(gen.top_p.value_or(1.0));
+  a.sampling.repetition_penalty = s.repetition_penalty.value_or(gen.repetition_penalty.value_or(1.0));
+  a.eos_ids = gen.eos_token_ids.empty() ? cfg.eos_token_ids : gen.eos_token_ids;
+  a.pad_id = static_cast<std::int32_t>(gen.pad_token_id.value_or(a.eos_ids.empty() ? 0 : a.eos_ids[0]));
+  a.stop_strings = s.stop.value_or(std::vector<std::string>{});
+  if (!a.stop_strings.empty() && !tok) bad_input("stop: {} has no tokenizer to turn tokens into text", cfg.dir.string());
+  if (tok) a.detokenize = [tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids, false); };
+  return a;
+}
+
+DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg) {
+  const auto& gen = cfg.generation;
+  DiffusionOptions d;
+  d.max_new_tokens = resolve_max_new_tokens(s, cfg);
+  d.steps = s.steps.value_or(d.max_new_tokens);
+  d.eps = s.eps.value_or(gen.eps.value_or(1e-3));
+  d.sampling.alg = parse_diffusion_alg(s.alg.value_or("entropy"));
+  d.sampling.temperature = s.temperature.value_or(gen.temperature.value_or(0.0));
+  d.sampling.top_p = s.top_p ? s.top_p : gen.top_p;
+  d.sampling.top_k = s.top_k ? s.top_k : gen.top_k;
+  d.alg_temp = s.alg_temp ? s.alg_temp : gen.alg_temp;
+  const auto mask = cfg.mask_token_id ? cfg.mask_token_id : gen.mask_token_id;
+  if (!mask) bad_input("{}: config.json has no mask_token_id", cfg.dir.string());
+  d.mask_id = static_cast<std::int32_t>(*mask);
+  d.pad_id = static_cast<std::int32_t>(cfg.pad_token_id.value_or(gen.pad_token_id.value_or(0)));
+  return d;
+}
+
+std::optional<std::string> completion_text(const Tokenizer* tok, const ModelInfo& info,
+                                           const std::vector<std::int32_t>& ids, const std::vector<std::string>& stop) {
+  if (!tok) return std::nullopt;
+  std::vector<std::int32_t> end_ids;
+  for (const auto& end : info.end_tokens)
+    if (auto id = tok->token_id(end)) end_ids.push_back(*id);
+  const std::string text = tok->decode(end_ids.empty() ? ids : cut_at_end_tokens(ids, end_ids), false);
+  return stop.empty() ? text : cut_at_stop_string(text, stop);
+}
+
+}  // namespace sonde

@@ -1,0 +1,224 @@
+// run(): requests -> micro-batches -> the model's decoding or one forward pass -> sinks and
+// results (run.h). Its parts: run_prepare.cpp (requests), run_outputs.cpp (sinks, results file,
+// commit and resume), run_capture.cpp (the capture spec).
+#include <sonde/error.h>
+#include <sonde/tokenizer.h>
+
+#include "run_internal.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace sonde {
+namespace {
+
+using namespace run_detail;
+using Clock = std::chrono::steady_clock;
+
+struct Generated {
+  std::vector<RequestResult> results;
+  std::vector<CapturedPrompt> captured;  // per request; empty when nothing is captured
+};
+
+RequestResult result_of(const PreparedRequest& p) {
+  RequestResult r;
+  r.index = p.index;
+  r.id = p.id;
+  r.text = p.text;
+  r.prompt_ids = p.ids;
+  r.seed = p.seed;
+  return r;
+}
+
+Generated generate_batch(RunModel& s, DecodeForward& fwd, const std::vector<const PreparedRequest*>& batch,
+                         const CaptureSpec& spec, const RunOptions& o) {
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::vector<std::int64_t> idx;
+  std::vector<std::uint64_t> seeds;
+  Generated g;
+  for (const auto* p : batch) {
+    prompts.push_back(p->ids);
+    idx.push_back(p->index);
+    seeds.push_back(p->seed);
+    g.results.push_back(result_of(*p));
+  }
+  const GenerationSettings& settings = batch.front()->settings;  // equal across a micro-batch
+  const Tokenizer* tok = s.tokenizer();
+  if (s.info().decoding == DecodingKind::MaskedDiffusion) {
+    DiffusionOptions d = resolve_diffusion(settings, s.config());
+    d.seeds = seeds;
+    DiffusionCallback on_step;
+    if (o.record_history)
+      on_step = [&](const DiffusionStep& st) {
+        for (std::size_t r = 0; r < prompts.size(); ++r) {  // the canvas without its left padding
+          const auto pad = st.length - d.max_new_tokens - static_cast<std::int64_t>(prompts[r].size());
+          const auto row = st.canvas.begin() + static_cast<std::int64_t>(r) * st.length;
+          g.results[r].history.emplace_back(row + pad, row + st.length);
+        }
+      };
+    auto cap = diffusion_generate_captured(fwd, prompts, d, spec, idx, on_step);
+    for (std::size_t r = 0; r < batch.size(); ++r) {
+      g.results[r].completion = cap.result.completions[r];
+      g.results[r].finish_reason = "length";
+    }
+    g.captured = std::move(cap.captured);
+  } else {
+    ArOptions a = resolve_autoregressive(settings, s.config(), tok);
+    a.seeds = seeds;
+    a.use_cache = o.use_kv_cache;
+    ArCallback on_step;
+    if (o.on_token)
+      on_step = [&](const ArStep& st) {
+        for (std::size_t r = 0; r < batch.size(); ++r)
+          if (st.new_tokens[r] >= 0) o.on_token(batch[r]->index, st.new_tokens[r]);
+      };
+    auto res = generate_autoregressive_captured(fwd, prompts, a, spec, idx, on_step);
+    for (std::size_t r = 0; r < batch.size(); ++r) {
+      g.results[r].completion = res.completions[r].tokens;
+      g.results[r].finish_reason = res.completions[r].finish_reason;
+    }
+    g.captured = std::move(res.captured);
+  }
+  for (std::size_t r = 0; r < batch.size(); ++r) {
+    const auto stop = settings.stop.value_or(std::vector<std::string>{});
+    g.results[r].completion_text = completion_text(tok, s.info(), g.results[r].completion, stop);
+  }
+  return g;
+}
+
+PromptRecord prompt_record(const RequestResult& r) {
+  PromptRecord rec;
+  rec.prompt_idx = r.index;
+  rec.id = r.id;
+  rec.text = r.text;
+  rec.completion = r.completion_text.value_or("");
+  rec.finish_reason = r.finish_reason;
+  rec.token_ids = r.prompt_ids;
+  rec.token_ids.insert(rec.token_ids.end(), r.completion.begin(), r.completion.end());
+  rec.seed = r.seed;
+  return rec;
+}
+
+nlohmann::json result_line(const RequestResult& r) {
+  return {{"id", r.id},
+          {"completion", r.completion_text.value_or("")},
+          {"completion_ids", r.completion},
+          {"prompt_tokens", r.prompt_ids.size()},
+          {"completion_tokens", r.completion.size()},
+          {"finish_reason", r.finish_reason}};
+}
+
+RowKind forward_row_kind(const RunModel& s, const CaptureSpec& spec, std::int32_t id) {
+  if (s.config().mask_token_id && *s.config().mask_token_id == id) return RowKind::Masked;
+  return spec.is_special(id) ? RowKind::Special : RowKind::Prompt;
+}
+
+// One forward pass over one request: every hook at every position, /input_ids and /logits.
+void run_forward(RunModel& s, const PreparedRequest& p, const CaptureSpec& spec, Outputs& out, RunResult& res) {
+  const auto T = static_cast<std::int64_t>(p.ids.size());
+  std::set<std::string> taps;
+  for (const auto& h : spec.hooks) taps.insert(h.name);
+  auto& sinks = out.sinks();
+  Tensor logits = s.forward(p.ids, taps, [&](const std::string& hook, const TensorView& v) {
+    Shape rows = v.shape;  // [1, T, ...] -> [T, ...]
+    for (int k = 1; k < rows.rank; ++k) rows[k - 1] = rows[k];
+    rows.rank -= 1;
+    for (auto& sink : sinks)
+      if (sink->wants(hook)) sink->write(TapRecord{hook, p.index}, v.reshaped(rows));
+  });
+  std::vector<RowRecord> rows;
+  for (std::int64_t t = 0; t < T; ++t) {
+    const std::int32_t id = p.ids[static_cast<std::size_t>(t)];
+    rows.push_back({p.index, static_cast<std::int32_t>(t), id, -1, forward_row_kind(s, spec, id)});
+  }
+  RequestResult r = result_of(p);
+  r.finish_reason = "forward";
+  const PromptRecord rec = prompt_record(r);
+  logits.view() = logits.view().reshaped(Shape{T, s.config().vocab_size});  // [1, T, V] -> [T, V], no copy
+  res.logits = std::move(logits);
+  for (auto& sink : sinks) {
+    sink->add_rows(rows);
+    sink->end_prompt(rec);
+    sink->write_array("/input_ids", TensorView(const_cast<std::int32_t*>(p.ids.data()), DType::i32, Shape{T}));
+    sink->write_array("/logits", res.logits.view());
+  }
+  res.totals = RunTotals{1, T, 0, static_cast<std::int64_t>(rows.size())};
+  res.results.push_back(std::move(r));
+}
+
+}  // namespace
+
+RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOptions& o) {
+  o.capture.check();
+  if (o.kind == RunKind::Forward && requests.size() != 1)
+    bad_input("a forward pass runs one request, got {}", requests.size());
+  const auto note = [&](const std::string& m) {
+    if (o.on_note) o.on_note(m);
+  };
+  RunResult res;
+  const auto prepared = prepare(s, requests, o, res.skipped);
+  for (const auto& why : res.skipped) note("skipped " + why);
+  CaptureSpec spec = make_capture_spec(s, o.capture, o.kind == RunKind::Forward);
+  if (o.sinks.empty()) {  // nowhere to go: nothing is captured
+    spec.hooks.clear();
+    spec.record_steps = false;
+  }
+  if (o.kind == RunKind::Forward)  // one sequence: attention patterns have exactly T keys per row
+    for (auto& h : spec.hooks)
+      std::replace(h.row_shape.begin(), h.row_shape.end(), kKeysDim, static_cast<std::int64_t>(prepared[0].ids.size()));
+  res.hooks = spec.hooks;
+
+  const auto meta = run_metadata(s, run_config(s, o, prepared).dump(), o.capture.storage);
+  Outputs out(s, o, spec, meta, o.kind == RunKind::Generate && spec.record_steps);
+  if (o.kind == RunKind::Forward) {
+    run_forward(s, prepared[0], spec, out, res);
+    out.close();
+    return res;
+  }
+
+  const auto total = static_cast<std::int64_t>(prepared.size());
+  const std::int64_t start = out.mark().prompts, rows_before = out.mark().rows;
+  if (start > total) runtime_error("resume: the run committed {} requests but is given {}", start, total);
+  res.committed_before = start;
+  if (start > 0) note(fmt::format("resuming after {} committed prompts", start));
+
+  DecodeForward& fwd = s.decoder();
+  auto last_checkpoint = Clock::now();
+  std::int64_t since_checkpoint = 0, next = start;
+  while (next < total) {
+    const auto batch = next_batch(prepared, static_cast<std::size_t>(next), o.batch_size);
+    Generated g = generate_batch(s, fwd, batch, spec, o);
+    for (std::size_t r = 0; r < batch.size(); ++r) {
+      const CapturedPrompt none;
+      const CapturedPrompt& cap = g.captured.empty() ? none : g.captured[r];
+      const auto line = result_line(g.results[r]);
+      out.write(spec, cap, prompt_record(g.results[r]), &line);
+      res.totals.prompts += 1;
+      res.totals.prompt_tokens += static_cast<std::int64_t>(g.results[r].prompt_ids.size());
+      res.totals.completion_tokens += static_cast<std::int64_t>(g.results[r].completion.size());
+      res.totals.rows += static_cast<std::int64_t>(cap.rows.size());
+      if (o.keep_results) res.results.push_back(std::move(g.results[r]));
+    }
+    next += static_cast<std::int64_t>(batch.size());
+    since_checkpoint += static_cast<std::int64_t>(batch.size());
+    if (o.on_progress) o.on_progress(RunProgress{total, start, res.totals});
+    const bool cancelled = o.cancel && o.cancel->load();
+    const bool due = since_checkpoint >= o.checkpoint_every ||
+                     Clock::now() - last_checkpoint >= std::chrono::duration<double>(o.checkpoint_seconds);
+    if (out.committed() && (due || cancelled)) {
+      out.checkpoint(next, rows_before + res.totals.rows);
+      since_checkpoint = 0;
+      last_checkpoint = Clock::now();
+    }
+    if (cancelled && next < total) {
+      res.cancelled = true;
+      out.abandon();  // not marked complete: a committed run resumes after its checkpoint
+      return res;
+    }
+  }
+  if (out.committed()) out.checkpoint(next, rows_before + res.totals.rows);
+  out.close();
+  return res;
+}
+
+}  // namespace sonde

@@ -1,0 +1,60 @@
+#pragma once
+// The run layer's parts (run.h): prepared requests and micro-batches, the outputs (sinks and the
+// results file) with their commit/resume protocol, and the run's metadata.
+#include <sonde/results_file.h>
+#include <sonde/run.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sonde::run_detail {
+
+struct PreparedRequest {
+  std::int64_t index = 0;          // in the request list
+  const Request* request = nullptr;
+  std::string id;                  // the request's id, else its index
+  std::vector<std::int32_t> ids;   // the prompt's tokens
+  std::string text;                // the text encoded (the rendered chat for messages; "" for ids)
+  GenerationSettings settings;     // the run's defaults overridden by the request's own
+  std::uint64_t seed = 0;
+  std::string key;                 // requests with equal keys may share a micro-batch
+};
+
+// Tokenizes and checks every request (BadInput naming Request::where); with skip_bad a bad one
+// is listed in `skipped` instead. BadInput if none is left.
+std::vector<PreparedRequest> prepare(const RunModel& s, const std::vector<Request>& requests, const RunOptions& o,
+                                     std::vector<std::string>& skipped);
+
+// Consecutive requests with equal keys from `from`, at most `size` (0: no limit): a pure
+// function of the start, so a resumed run forms the micro-batches of an uninterrupted one.
+std::vector<const PreparedRequest*> next_batch(const std::vector<PreparedRequest>& all, std::size_t from,
+                                               std::int64_t size);
+
+// What decides the outputs, recorded as run_config_json (a resume must match it exactly), and
+// the root attributes of every sink's file (design §5).
+nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vector<PreparedRequest>& prepared);
+RunMetadata run_metadata(const RunModel& s, const std::string& run_config_json, const std::string& storage_dtype);
+
+// The sinks and, for a committed run, the results file. Opening resumes after the common mark.
+class Outputs {
+ public:
+  Outputs(const RunModel& s, const RunOptions& o, const CaptureSpec& spec, const RunMetadata& meta, bool diffusion);
+  const CommitMark& mark() const { return mark_; }
+  bool committed() const { return results_ != nullptr; }
+  // One prompt's capture to every sink (the hooks each wants), its result line to the results.
+  void write(const CaptureSpec& spec, const CapturedPrompt& cap, const PromptRecord& rec, const nlohmann::json* line);
+  std::vector<std::shared_ptr<Sink>>& sinks() { return sinks_; }
+  // Commits everything written so far as `prompts` prompts and `rows` rows in total.
+  void checkpoint(std::int64_t prompts, std::int64_t rows);
+  void close();    // complete: every sink's file is marked complete
+  void abandon();  // stopped: the sinks are dropped without completing (resumable at the mark)
+
+ private:
+  std::vector<std::shared_ptr<Sink>> sinks_;
+  std::vector<std::vector<HookPoint>> wanted_;  // per sink: the hooks it wants
+  std::unique_ptr<ResultsFile> results_;
+  CommitMark mark_;
+};
+
+}  // namespace sonde::run_detail

@@ -1,0 +1,119 @@
+// A run's outputs: its sinks, opened by registry name, and for a committed run the results file,
+// checkpointed in step with them (run_internal.h). A resumed run continues after the mark the
+// sinks recorded (or, with no sink, after the results file's last complete line).
+#include <sonde/error.h>
+#include <sonde/model_dir.h>
+#include <sonde/registry.h>
+
+#include "run_internal.h"
+
+#include <filesystem>
+
+namespace sonde::run_detail {
+namespace fs = std::filesystem;
+
+nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vector<PreparedRequest>& prepared) {
+  const auto& raw = s.config().raw_json;
+  nlohmann::json j{{"command", o.command},
+                   {"model_config_sha256", sha256_hex(raw.data(), raw.size())},
+                   {"backend", s.backend_name()},
+                   {"kind", o.kind == RunKind::Forward ? "forward" : "generate"},
+                   {"seed", o.seed},
+                   {"batch_size", o.batch_size},
+                   {"defaults", o.defaults.to_json()},
+                   {"capture", o.capture.to_json()}};
+  if (!o.dataset_path.empty()) {
+    j["input_sha256"] = sha256_file(o.dataset_path);
+  } else {  // a one-shot file is the only record of what it ran
+    nlohmann::json prompts = nlohmann::json::array();
+    for (const auto& p : prepared) prompts.push_back(p.ids);
+    j["prompts"] = prompts;
+  }
+  return j;
+}
+
+RunMetadata run_metadata(const RunModel& s, const std::string& run_config_json, const std::string& storage_dtype) {
+  RunMetadata m;
+  const auto dir = s.model_dir();
+  std::string tokenizer_sha;
+  for (const char* f : {"tokenizer.json", "vocab.json"})
+    if (fs::exists(dir / f)) {
+      tokenizer_sha = sha256_file(dir / f);
+      break;
+    }
+  m.strings = {{"sonde_version", SONDE_VERSION},
+               {"model_arch", s.info().arch},
+               {"model_path", fs::absolute(dir).string()},
+               {"config_json", s.config().raw_json},
+               {"run_config_json", run_config_json},
+               {"run_config_sha256", sha256_hex(run_config_json.data(), run_config_json.size())},
+               {"tokenizer_sha256", tokenizer_sha},
+               {"backend", s.backend_name()},
+               {"compute_dtype", "f32"},
+               {"storage_dtype", storage_dtype},
+               {"weight_processing", "none"}};
+  m.ints = {{"prediction_shift", s.info().prediction_shift}, {"rank", 0}, {"world_size", 1}};
+  return m;
+}
+
+Outputs::Outputs(const RunModel& s, const RunOptions& o, const CaptureSpec& spec, const RunMetadata& meta,
+                 bool diffusion) {
+  const bool committed = !o.results_path.empty();
+  bool first = true;
+  for (const auto& want : o.sinks) {
+    SinkOptions so;
+    so.path = want.path;
+    so.storage = o.capture.storage_dtype();
+    so.compress = o.capture.compress;
+    so.overwrite = want.overwrite;
+    so.streaming = committed;
+    so.resume = committed && o.resume && fs::exists(want.path);
+    so.durable = o.durable;
+    so.diffusion = diffusion;
+    auto sink = want.sink ? want.sink : PluginRegistry::instance().sink(want.name);
+    const CommitMark m = sink->open(so, meta, spec.hooks);
+    if (!first && (m.prompts != mark_.prompts || m.results_bytes != mark_.results_bytes))
+      runtime_error("resume: {} committed {} prompts but {} committed {}", want.path, m.prompts, o.sinks.front().path,
+                    mark_.prompts);
+    if (first) mark_ = m;
+    first = false;
+    std::vector<HookPoint> wanted;
+    for (const auto& h : spec.hooks)
+      if (sink->wants(h.name)) wanted.push_back(h);
+    wanted_.push_back(std::move(wanted));
+    sinks_.push_back(std::move(sink));
+  }
+  if (!committed) return;
+  const bool keep = o.resume && fs::exists(o.results_path);
+  if (sinks_.empty() && keep) {  // without a sink the results file is its own mark
+    const auto m = complete_lines(o.results_path);
+    mark_ = CommitMark{m.lines, 0, m.bytes};
+  }
+  if (o.resume && !keep && mark_.prompts > 0)
+    runtime_error("resume: {} is missing but {} committed {} prompts", o.results_path, o.sinks.front().path,
+                  mark_.prompts);
+  results_ = std::make_unique<ResultsFile>(o.results_path, keep, keep ? mark_.results_bytes : 0, o.durable);
+}
+
+void Outputs::write(const CaptureSpec& spec, const CapturedPrompt& cap, const PromptRecord& rec,
+                    const nlohmann::json* line) {
+  if (spec.active() || !sinks_.empty())
+    for (std::size_t i = 0; i < sinks_.size(); ++i) write_captured(*sinks_[i], wanted_[i], cap, rec);
+  if (results_ && line) results_->append(line->dump());
+}
+
+void Outputs::checkpoint(std::int64_t prompts, std::int64_t rows) {
+  mark_.prompts = prompts;
+  mark_.rows = rows;
+  if (results_) mark_.results_bytes = results_->commit();
+  for (auto& s : sinks_) s->checkpoint(mark_);
+}
+
+void Outputs::close() {
+  for (auto& s : sinks_) s->close();
+  sinks_.clear();
+}
+
+void Outputs::abandon() { sinks_.clear(); }
+
+}  // namespace sonde::run_detail

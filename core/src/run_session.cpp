@@ -1,0 +1,47 @@
+// run() on a loaded Session: the Session as the run layer's RunModel.
+#include <sonde/run.h>
+#include <sonde/session_decode.h>
+
+#include <optional>
+
+namespace sonde {
+namespace {
+
+class SessionModel final : public RunModel {
+ public:
+  explicit SessionModel(Session& s) : s_(s) {}
+  const ModelConfig& config() const override { return s_.config(); }
+  const ModelInfo& info() const override { return s_.info(); }
+  std::vector<HookPoint> hook_points() const override { return s_.hook_points(); }
+  const Tokenizer* tokenizer() const override { return s_.tokenizer(); }
+  std::string backend_name() const override { return s_.backend_name(); }
+  std::filesystem::path model_dir() const override { return s_.model_dir(); }
+  DecodeForward& decoder() override {
+    if (!decoder_) decoder_.emplace(s_);
+    return *decoder_;
+  }
+  Tensor forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap) override {
+    ForwardInput in;
+    in.tokens = static_cast<std::int64_t>(ids.size());
+    in.ids = ids;
+    return s_.forward(in, true, taps, tap);
+  }
+
+ private:
+  Session& s_;
+  std::optional<SessionDecodeForward> decoder_;
+};
+
+}  // namespace
+
+RunResult run(Session& session, const std::vector<Request>& requests, const RunOptions& options) {
+  SessionModel m(session);
+  return run(m, requests, options);
+}
+
+CaptureSpec make_capture_spec(Session& s, const CaptureSettings& settings, bool per_sequence_ok) {
+  SessionModel m(s);
+  return make_capture_spec(static_cast<const RunModel&>(m), settings, per_sequence_ok);
+}
+
+}  // namespace sonde
