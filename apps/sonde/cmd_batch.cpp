@@ -84,7 +84,7 @@ int run_batch(const BatchOptions& o) {
   ro.batch_size = o.batch_size;
   ro.skip_bad = o.skip_bad;
   ro.capture = o.capture;
-  if (!o.acts.empty()) ro.sinks = {SinkSpec{"hdf5", o.acts, o.overwrite}};
+  if (!o.acts.empty()) ro.sinks = {SinkSpec{"hdf5", o.acts, o.overwrite, nullptr}};
   ro.results_path = o.output;
   ro.dataset_path = o.input;
   ro.resume = o.resume;

@@ -46,7 +46,7 @@ int cmd_demo(const Args& args) {
   o.kind = RunKind::Forward;
   o.command = "demo";
   o.capture.hooks = "hook_embed,blocks.*.hook_resid_post,blocks.0.attn.hook_z,ln_final.hook_out";
-  o.sinks = {SinkSpec{"hdf5", out.string(), /*overwrite=*/true}};
+  o.sinks = {SinkSpec{"hdf5", out.string(), /*overwrite=*/true, nullptr}};
   const RunResult res = run(*session, {request}, o);
   std::cout << "wrote " << out.string() << " (" << res.logits.shape()[0] << " tokens, " << res.hooks.size()
             << " hooks, backend " << session->backend_name() << ")\n";

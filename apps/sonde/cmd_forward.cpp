@@ -46,7 +46,7 @@ int cmd_forward(const Args& args) {
   o.kind = RunKind::Forward;
   o.command = "forward";
   o.capture = capture;
-  o.sinks = {SinkSpec{"hdf5", out, overwrite}};
+  o.sinks = {SinkSpec{"hdf5", out, overwrite, nullptr}};
   // Checked before the run prepares the request, whose errors come first; the sink refuses too.
   if (std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
   as_flag("--hooks", [&] { make_capture_spec(*session, capture, /*per_sequence_ok=*/true); });

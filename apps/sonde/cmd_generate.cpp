@@ -91,7 +91,7 @@ int cmd_generate(const Args& args) {
   ro.capture = o.capture;
   if (!o.out.empty()) {
     as_flag("--hooks", [&] { make_capture_spec(*session, o.capture); });
-    ro.sinks = {SinkSpec{"hdf5", o.out, o.overwrite}};
+    ro.sinks = {SinkSpec{"hdf5", o.out, o.overwrite, nullptr}};
   }
   const auto reqs = requests(o, vm, settings);
 

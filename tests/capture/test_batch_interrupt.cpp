@@ -1,0 +1,72 @@
+// Ctrl-C on `sonde batch --acts` (reliability issue, item 1): the interrupt finishes the micro-
+// batch and checkpoints, and the activation file is left resumable (not marked complete), so
+// `--resume` continues it to files equal to an uninterrupted run's. Runs on a make-model
+// checkpoint: needs nothing from ../shared.
+#include <gtest/gtest.h>
+
+#include "h5_read.h"
+#include "run_sonde.h"
+#include "spawn.h"
+#include "test_paths.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <thread>
+
+namespace sonde::test {
+namespace {
+
+std::vector<std::string> batch_args(const std::string& model, const std::filesystem::path& dir, const std::string& name) {
+  return {"batch", "--model", model, "--input", (dir / "in.jsonl").string(), "--output",
+          (dir / (name + ".jsonl")).string(), "--acts", (dir / (name + ".h5")).string(), "--hooks",
+          "blocks.0.hook_resid_post,blocks.1.mlp.hook_post", "--max-new-tokens", "3", "--temperature", "0",
+          "--batch-size", "2", "--checkpoint-every", "4"};
+}
+
+TEST(BatchInterrupt, SigintWithActivationsLeavesAResumableRunThatEndsAsTheUninterruptedOne) {
+  const auto dir = temp_dir();
+  const auto model = dir / "model";
+  auto r = run_sonde({"make-model", "--arch", "qwen2", "--preset", "tiny", "--seed", "5", "--out", model.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  {
+    std::ofstream in(dir / "in.jsonl");
+    for (int i = 0; i < 4000; ++i) in << "{\"id\": " << i << ", \"ids\": [" << (i % 250) + 1 << ", " << i / 250 + 1 << ", 7]}\n";
+  }
+  r = run_sonde(batch_args(model.string(), dir, "full"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const auto args = batch_args(model.string(), dir, "part");
+  const Child c = spawn_sonde(args, dir / "log.txt");
+  std::optional<int> ended;
+  while (!(ended = poll_child(c))) {  // interrupt once 100 results are committed
+    const std::string out = read_text(dir / "part.jsonl");
+    if (std::count(out.begin(), out.end(), '\n') >= 100) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  if (!ended) send_signal(c, SIGINT);
+  const int code = ended ? *ended : wait_child(c);
+  const std::string log = read_text(dir / "log.txt");
+  if (code == 0) GTEST_SKIP() << "the run finished before SIGINT arrived";
+  ASSERT_EQ(code, 130) << log;
+  EXPECT_NE(log.find("continue with --resume"), std::string::npos) << log;
+  EXPECT_EQ(read_int_attr(dir / "part.h5", "complete"), 0) << "an interrupted file was marked complete";
+
+  auto resumed = args;
+  resumed.push_back("--resume");
+  r = run_sonde(resumed);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming after"), std::string::npos) << r.output;
+  EXPECT_EQ(read_text(dir / "part.jsonl"), read_text(dir / "full.jsonl"));
+  EXPECT_EQ(read_int_attr(dir / "part.h5", "complete"), 1);
+  for (const char* ds : {"/acts/blocks.0.hook_resid_post", "/acts/blocks.1.mlp.hook_post", "/rows/token_id",
+                         "/rows/prompt_idx", "/rows/pos", "/rows/step"}) {
+    const Array got = read_dataset(dir / "part.h5", ds), want = read_dataset(dir / "full.h5", ds);
+    EXPECT_EQ(got.shape, want.shape) << ds;
+    EXPECT_EQ(got.values, want.values) << ds;
+  }
+}
+
+}  // namespace
+}  // namespace sonde::test
