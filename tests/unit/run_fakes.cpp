@@ -3,6 +3,8 @@
 #include <sonde/error.h>
 #include <sonde/tokenizer.h>
 
+#include <fmt/format.h>
+
 namespace sonde::test {
 
 Tensor FakeLm::forward(const StepInput& in) {
@@ -74,8 +76,8 @@ std::vector<Request> id_requests(const std::vector<std::vector<std::int32_t>>& p
   std::vector<Request> out;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     Request r;
-    r.id = "r" + std::to_string(i);
-    r.where = "request " + std::to_string(i);
+    r.id = fmt::format("r{}", i);
+    r.where = fmt::format("request {}", i);
     r.ids = prompts[i];
     out.push_back(std::move(r));
   }
