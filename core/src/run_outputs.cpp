@@ -81,6 +81,7 @@ void Outputs::open(const RunOptions& o, const CaptureSpec& spec, const RunMetada
     so.streaming = committed;
     so.resume = committed && o.resume && fs::exists(want.path);
     so.durable = o.durable;
+    so.resume_complete = o.resume_complete;
     so.diffusion = diffusion;
     if (!committed && !want.path.empty()) {
       if (fs::exists(want.path) && !want.overwrite)

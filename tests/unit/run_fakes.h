@@ -74,6 +74,7 @@ class MockSink : public Sink {
   MOCK_METHOD(void, checkpoint, (const CommitMark&), (override));
   MOCK_METHOD(void, flush, (), (override));
   MOCK_METHOD(void, close, (), (override));
+  MOCK_METHOD(void, join, (const std::vector<std::string>&, const std::string&, const RunMetadata&), (override));
 };
 
 // Requests of token ids, ids "r0", "r1", ...
