@@ -41,6 +41,7 @@ class Hdf5Sink final : public Sink {
   void checkpoint(const CommitMark& mark) override;
   void flush() override;
   void close() override;
+  void join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata& meta) override;  // join.cpp
 
  private:
   struct Act {
