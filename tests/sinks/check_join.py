@@ -1,12 +1,15 @@
-"""check_join.py WHOLE JOINED: every prompt of WHOLE (one process's file) reads the same from
+"""check_join.py WHOLE JOINED [TOL]: every prompt of WHOLE (one process's file) reads the same from
 JOINED (a data-parallel run's run.h5) through the reading recipe of docs/hdf5-layout.md and
 through /index: activations, rows, every per-prompt field and the diffusion steps. Exit 1 on the
-first difference."""
+first difference. Activations must be bit-equal, or with TOL within TOL of the largest magnitude
+of the hook's rows (a backend that is not batch-invariant); the largest difference is printed."""
 import sys
 import h5py
 import numpy as np
 
 whole, joined = (h5py.File(p, "r") for p in sys.argv[1:3])
+tol = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+worst = 0.0
 assert joined.attrs["schema"] == "sonde.acts/1" and joined.attrs["complete"] == 1
 
 
@@ -20,6 +23,8 @@ def ragged(f, group, values, offsets, e):
 
 
 def steps_of(f, p):
+    if "steps" not in f:
+        return None
     sel = np.flatnonzero(f["steps/prompt_idx"][:] == p)
     canv = [ragged(f, "steps", "canvas", "canvas_offsets", s).tolist() for s in sel]
     return f["steps/step"][:][sel].tolist(), f["steps/t"][:][sel].tolist(), canv
@@ -37,7 +42,11 @@ for p in whole["prompts/prompt_idx"][:]:
     assert ca == cb, f"prompt {p}: {ca} vs {cb} rows"
     for hook in whole["acts"]:
         x, y = whole["acts"][hook][sa:sa + ca], joined["acts"][hook][sb:sb + cb]
-        assert x.dtype == y.dtype and np.array_equal(x, y), f"prompt {p} {hook}"
+        assert x.dtype == y.dtype and x.shape == y.shape, f"prompt {p} {hook}"
+        if not np.array_equal(x, y):
+            d = float(np.max(np.abs(x - y))) / max(float(np.max(np.abs(x))), 1e-30)
+            worst = max(worst, d)
+            assert d <= tol, f"prompt {p} {hook}: differs by {d:.3g} of its largest magnitude"
         assert joined["acts"][hook].attrs["dtype"] == whole["acts"][hook].attrs["dtype"]
     for col in whole["rows"]:
         assert np.array_equal(whole["rows"][col][sa:sa + ca], joined["rows"][col][sb:sb + cb]), f"prompt {p} rows/{col}"
@@ -49,4 +58,4 @@ for p in whole["prompts/prompt_idx"][:]:
         assert np.array_equal(ragged(whole, "prompts", values, offsets, a), ragged(joined, "prompts", values, offsets, b)), \
             f"prompt {p} {values}"
     assert steps_of(whole, p) == steps_of(joined, p), f"prompt {p} steps"
-print(f"{n} prompts equal")
+print(f"{n} prompts equal" + (f" (activations within {worst:.3g})" if worst else " (activations bit-equal)"))
