@@ -147,6 +147,10 @@ class JobProgress {
       report_(job_.rank == 0 ? sum() : mine);
     };
   }
+  // After every copy has finished (or stopped): the job's final count, on rank 0.
+  void final_report() const {
+    if (report_ && job_.rank == 0) report_(sum());
+  }
 
  private:
   fs::path file(int r) const { return dir_ / part_name(r, ".progress"); }
@@ -245,6 +249,7 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
   const std::string state = res.cancelled ? "cancelled" : "done";
   bool any_cancelled = false;
   for (const auto& st : world.allgather(bytes_of(state))) any_cancelled = any_cancelled || string_of(st) != "done";
+  progress.final_report();
   if (any_cancelled) {
     res.cancelled = true;
     return;
