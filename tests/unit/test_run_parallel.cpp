@@ -28,13 +28,6 @@ using ::testing::NiceMock;
 using ::testing::Return;
 namespace fs = std::filesystem;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::vector<std::string> ids_in(const fs::path& jsonl) {
   std::vector<std::string> ids;
   std::ifstream in(jsonl);
