@@ -23,15 +23,20 @@ namespace sonde::cli {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_signal{0};
 
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
+extern "C" void on_sigint(int sig) {
+  g_signal.store(sig);
+  g_interrupted.store(true);
+}
 
-// SIGINT only raises a flag: the loop finishes its micro-batch and checkpoints.
+// Every signal that ends a run (Ctrl-C, kill, a closed terminal) only raises a flag: the run
+// finishes its micro-batch, checkpoints and stops resumable.
 void catch_sigint() {
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
 }
 
 struct BatchOptions {
@@ -108,7 +113,7 @@ int run_batch(const BatchOptions& o) {
     const auto committed = res.committed_before + res.totals.prompts;
     note(fmt::format("interrupted: {} of {} prompts committed; continue with --resume", committed,
                      static_cast<std::int64_t>(data.requests.size() - res.skipped.size())));
-    return 130;
+    return 128 + g_signal.load();  // 130 for Ctrl-C, as a shell reports a signal
   }
   if (!progress) progress.emplace(0, res.committed_before);
   const auto bytes = o.acts.empty() ? 0 : std::filesystem::file_size(o.acts);
@@ -146,7 +151,7 @@ int cmd_batch(const Args& args) {
   if (o.batch_size < 1) bad_input("--batch-size must be at least 1, got {}", o.batch_size);
   if (o.checkpoint_every < 1) bad_input("--checkpoint-every must be at least 1, got {}", o.checkpoint_every);
   if (!(o.checkpoint_seconds > 0)) bad_input("--checkpoint-seconds must be positive, got {}", o.checkpoint_seconds);
-  check_capture_flags(o.capture);
+  check_capture_flags(o.capture, vm);
   o.defaults = generation_settings(vm);
   if (!std::filesystem::exists(o.input)) bad_input("--input: {} does not exist", o.input);
   check_outputs(o);

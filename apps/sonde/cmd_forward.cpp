@@ -31,7 +31,7 @@ int cmd_forward(const Args& args) {
   if (!parse_options(args, "usage: sonde forward --model DIR (--ids 1,2,3 | --text T) --out F.h5 [--hooks SEL]", desc, vm))
     return 0;
   if (vm.count("ids") == vm.count("text")) bad_input("give exactly one of --ids and --text");
-  check_capture_flags(capture);
+  check_capture_flags(capture, vm);
 
   Request request;
   if (vm.count("ids")) {

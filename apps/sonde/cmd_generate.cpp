@@ -77,7 +77,7 @@ int cmd_generate(const Args& args) {
                      desc, vm))
     return 0;
   if (vm.count("hooks") != vm.count("out")) bad_input("--hooks and --out go together: give both or neither");
-  check_capture_flags(o.capture);
+  check_capture_flags(o.capture, vm);
   if (o.ids.empty() == !vm.count("prompt")) bad_input("give --prompt or --ids (not both)");
   if (o.chat && !vm.count("prompt")) bad_input("--chat needs --prompt");
   const GenerationSettings settings = generation_settings(vm);

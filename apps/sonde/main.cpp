@@ -6,6 +6,7 @@
 
 #include <boost/program_options/errors.hpp>
 
+#include <csignal>
 #include <cstring>
 #include <iostream>
 
@@ -39,6 +40,9 @@ void usage(std::ostream& os) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Past a file-size limit (ulimit -f) a write then fails with EFBIG, which the writer reports
+  // naming the file, instead of the signal killing the program without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) {
     usage(std::cerr);
     return 2;

@@ -23,7 +23,9 @@ void add_capture_options(po::options_description& desc, CaptureSettings& c) {
       ("compress", po::bool_switch(&c.compress), "shuffle + deflate the activations (smaller files, slower writes)");
 }
 
-void check_capture_flags(const CaptureSettings& c) {
+void check_capture_flags(const CaptureSettings& c, const po::variables_map& vm) {
+  if (vm.count("hooks") && c.hooks.find_first_not_of(", \t") == std::string::npos)
+    bad_input("--hooks: '{}' names no hook (list them with `sonde hooks --model DIR`)", c.hooks);
   as_flag("--positions", [&] { parse_position_policy(c.positions); });
   as_flag("--diffusion-capture", [&] { parse_step_policy(c.diffusion_capture); });
   as_flag("--storage-dtype", [&] { c.storage_dtype(); });
@@ -62,6 +64,7 @@ GenerationSettings generation_settings(const po::variables_map& vm) {
   if (s.max_new_tokens && *s.max_new_tokens < 1) bad_input("--max-new-tokens must be at least 1, got {}", *s.max_new_tokens);
   if (s.steps && *s.steps < 1) bad_input("--steps must be at least 1, got {}", *s.steps);
   if (s.alg) as_flag("--alg", [&] { parse_diffusion_alg(*s.alg); });
+  s.check();  // the same rules as for dataset lines: "temperature: -1 is negative"
   return s;
 }
 

@@ -22,8 +22,9 @@ void as_flag(const char* flag, F&& check) {
 
 // --hooks, --positions, --diffusion-capture, --storage-dtype, --compress.
 void add_capture_options(po::options_description& desc, CaptureSettings& c);
-// Checks the policies and the storage dtype before anything is opened.
-void check_capture_flags(const CaptureSettings& c);
+// Checks the policies, the storage dtype and, when --hooks was given, that it names something,
+// before anything is opened.
+void check_capture_flags(const CaptureSettings& c, const po::variables_map& vm);
 
 // --max-new-tokens, --temperature, --top-k, --top-p, --steps, --alg; with `all` also
 // --repetition-penalty, --alg-temp, --eps and --stop (repeatable).

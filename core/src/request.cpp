@@ -7,6 +7,7 @@
 #include <sonde/tokenizer.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace sonde {
 namespace {
@@ -107,6 +108,23 @@ GenerationSettings GenerationSettings::from_json(const json& o) {
     }
   }
   return s;
+}
+
+void GenerationSettings::check() const {
+  const auto finite = [](const char* name, double v) {
+    if (!std::isfinite(v)) bad_input("{}: {} is not a finite number", name, v);
+    return v;
+  };
+  if (max_new_tokens && *max_new_tokens < 1) bad_input("max_new_tokens: {} is less than 1", *max_new_tokens);
+  if (steps && *steps < 1) bad_input("steps: {} is less than 1", *steps);
+  if (top_k && *top_k < 0) bad_input("top_k: {} is negative", *top_k);
+  if (temperature && finite("temperature", *temperature) < 0) bad_input("temperature: {} is negative", *temperature);
+  if (alg_temp && finite("alg_temp", *alg_temp) < 0) bad_input("alg_temp: {} is negative", *alg_temp);
+  if (top_p && !(finite("top_p", *top_p) > 0 && *top_p <= 1)) bad_input("top_p: {} is outside (0, 1]", *top_p);
+  if (repetition_penalty && !(finite("repetition_penalty", *repetition_penalty) > 0))
+    bad_input("repetition_penalty: {} is not positive", *repetition_penalty);
+  if (eps && !(finite("eps", *eps) > 0 && *eps < 1)) bad_input("eps: {} is outside (0, 1)", *eps);
+  if (alg) parse_diffusion_alg(*alg);
 }
 
 std::int64_t resolve_max_new_tokens(const GenerationSettings& s, const ModelConfig& cfg) {

@@ -169,7 +169,7 @@ RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOption
   res.hooks = spec.hooks;
 
   const auto meta = run_metadata(s, run_config(s, o, prepared).dump(), o.capture.storage);
-  Outputs out(s, o, spec, meta, o.kind == RunKind::Generate && spec.record_steps);
+  Outputs out(o, spec, meta, o.kind == RunKind::Generate && spec.record_steps);
   if (o.kind == RunKind::Forward) {
     run_forward(s, prepared[0], spec, out, res);
     out.close();
@@ -192,7 +192,7 @@ RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOption
       const CapturedPrompt none;
       const CapturedPrompt& cap = g.captured.empty() ? none : g.captured[r];
       const auto line = result_line(g.results[r]);
-      out.write(spec, cap, prompt_record(g.results[r]), &line);
+      out.write(cap, prompt_record(g.results[r]), &line);
       res.totals.prompts += 1;
       res.totals.prompt_tokens += static_cast<std::int64_t>(g.results[r].prompt_ids.size());
       res.totals.completion_tokens += static_cast<std::int64_t>(g.results[r].completion.size());

@@ -29,8 +29,10 @@ nlohmann::json CaptureSettings::to_json() const {
 CaptureSpec make_capture_spec(const RunModel& s, const CaptureSettings& settings, bool per_sequence_ok) {
   const auto& cfg = s.config();
   CaptureSpec spec;
-  if (!settings.hooks.empty())
+  if (!settings.hooks.empty()) {
     spec.hooks = HookSelector::parse(settings.hooks).resolve(s.hook_points(), cfg.num_hidden_layers);
+    if (spec.hooks.empty()) bad_input("hooks: '{}' selects no hook point", settings.hooks);
+  }
   if (!per_sequence_ok) require_fixed_row_shapes(spec.hooks);  // before any output file exists
   spec.positions = parse_position_policy(settings.positions);
   spec.steps = parse_step_policy(settings.diffusion_capture);

@@ -1,6 +1,7 @@
 #pragma once
 // The run layer's parts (run.h): prepared requests and micro-batches, the outputs (sinks and the
 // results file) with their commit/resume protocol, and the run's metadata.
+#include <sonde/output_lock.h>
 #include <sonde/results_file.h>
 #include <sonde/run.h>
 
@@ -36,21 +37,34 @@ std::vector<const PreparedRequest*> next_batch(const std::vector<PreparedRequest
 nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vector<PreparedRequest>& prepared);
 RunMetadata run_metadata(const RunModel& s, const std::string& run_config_json, const std::string& storage_dtype);
 
-// The sinks and, for a committed run, the results file. Opening resumes after the common mark.
+// The sinks and, for a committed run, the results file. Every output path is locked for the
+// run's life. Opening resumes after the common mark. A one-shot sink writes "<path>.partial",
+// renamed to its path by close(): a failed run leaves nothing at the path (nor replaces what
+// was there).
 class Outputs {
  public:
-  Outputs(const RunModel& s, const RunOptions& o, const CaptureSpec& spec, const RunMetadata& meta, bool diffusion);
+  Outputs(const RunOptions& o, const CaptureSpec& spec, const RunMetadata& meta, bool diffusion);
+  ~Outputs();
+  Outputs(const Outputs&) = delete;
+  Outputs& operator=(const Outputs&) = delete;
   const CommitMark& mark() const { return mark_; }
   bool committed() const { return results_ != nullptr; }
   // One prompt's capture to every sink (the hooks each wants), its result line to the results.
-  void write(const CaptureSpec& spec, const CapturedPrompt& cap, const PromptRecord& rec, const nlohmann::json* line);
+  void write(const CapturedPrompt& cap, const PromptRecord& rec, const nlohmann::json* line);
   std::vector<std::shared_ptr<Sink>>& sinks() { return sinks_; }
   // Commits everything written so far as `prompts` prompts and `rows` rows in total.
   void checkpoint(std::int64_t prompts, std::int64_t rows);
-  void close();    // complete: every sink's file is marked complete
+  void close();    // complete: every sink's file is marked complete (and renamed into place)
   void abandon();  // stopped: the sinks are dropped without completing (resumable at the mark)
 
  private:
+  void open(const RunOptions& o, const CaptureSpec& spec, const RunMetadata& meta, bool diffusion);
+  void drop() noexcept;  // sinks dropped unclosed, partial files removed
+  struct Partial {
+    std::string partial, path;
+  };
+  std::vector<std::unique_ptr<OutputLock>> locks_;
+  std::vector<Partial> partials_;  // one-shot files not yet renamed into place
   std::vector<std::shared_ptr<Sink>> sinks_;
   std::vector<std::vector<HookPoint>> wanted_;  // per sink: the hooks it wants
   std::unique_ptr<ResultsFile> results_;

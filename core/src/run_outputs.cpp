@@ -56,9 +56,21 @@ RunMetadata run_metadata(const RunModel& s, const std::string& run_config_json, 
   return m;
 }
 
-Outputs::Outputs(const RunModel& s, const RunOptions& o, const CaptureSpec& spec, const RunMetadata& meta,
+Outputs::Outputs(const RunOptions& o, const CaptureSpec& spec, const RunMetadata& meta,
                  bool diffusion) {
+  try {
+    open(o, spec, meta, diffusion);
+  } catch (...) {
+    drop();
+    throw;
+  }
+}
+
+void Outputs::open(const RunOptions& o, const CaptureSpec& spec, const RunMetadata& meta, bool diffusion) {
   const bool committed = !o.results_path.empty();
+  if (committed) locks_.push_back(std::make_unique<OutputLock>(o.results_path));
+  for (const auto& want : o.sinks)
+    if (!want.path.empty()) locks_.push_back(std::make_unique<OutputLock>(want.path));
   bool first = true;
   for (const auto& want : o.sinks) {
     SinkOptions so;
@@ -70,6 +82,13 @@ Outputs::Outputs(const RunModel& s, const RunOptions& o, const CaptureSpec& spec
     so.resume = committed && o.resume && fs::exists(want.path);
     so.durable = o.durable;
     so.diffusion = diffusion;
+    if (!committed && !want.path.empty()) {
+      if (fs::exists(want.path) && !want.overwrite)
+        bad_input("{} already exists; refusing to overwrite it (ask for overwrite to replace it)", want.path);
+      so.path = want.path + ".partial";
+      so.overwrite = true;  // a partial file is what a failed or killed run left
+      partials_.push_back({so.path, want.path});
+    }
     auto sink = want.sink ? want.sink : PluginRegistry::instance().sink(want.name);
     const CommitMark m = sink->open(so, meta, spec.hooks);
     if (!first && (m.prompts != mark_.prompts || m.results_bytes != mark_.results_bytes))
@@ -95,10 +114,17 @@ Outputs::Outputs(const RunModel& s, const RunOptions& o, const CaptureSpec& spec
   results_ = std::make_unique<ResultsFile>(o.results_path, keep, keep ? mark_.results_bytes : 0, o.durable);
 }
 
-void Outputs::write(const CaptureSpec& spec, const CapturedPrompt& cap, const PromptRecord& rec,
-                    const nlohmann::json* line) {
-  if (spec.active() || !sinks_.empty())
-    for (std::size_t i = 0; i < sinks_.size(); ++i) write_captured(*sinks_[i], wanted_[i], cap, rec);
+Outputs::~Outputs() { drop(); }
+
+void Outputs::drop() noexcept {
+  sinks_.clear();  // closes their files before the partial ones are removed
+  std::error_code ec;
+  for (const auto& p : partials_) fs::remove(p.partial, ec);
+  partials_.clear();
+}
+
+void Outputs::write(const CapturedPrompt& cap, const PromptRecord& rec, const nlohmann::json* line) {
+  for (std::size_t i = 0; i < sinks_.size(); ++i) write_captured(*sinks_[i], wanted_[i], cap, rec);
   if (results_ && line) results_->append(line->dump());
 }
 
@@ -112,6 +138,13 @@ void Outputs::checkpoint(std::int64_t prompts, std::int64_t rows) {
 void Outputs::close() {
   for (auto& s : sinks_) s->close();
   sinks_.clear();
+  for (const auto& p : partials_) {
+    std::error_code ec;
+    if (!fs::exists(p.partial, ec)) continue;  // a sink that keeps nothing at its path
+    fs::rename(p.partial, p.path, ec);
+    if (ec) runtime_error("cannot rename {} to {}: {}", p.partial, p.path, ec.message());
+  }
+  partials_.clear();
 }
 
 void Outputs::abandon() { sinks_.clear(); }

@@ -3,7 +3,6 @@
 #include <sonde/chat.h>
 #include <sonde/config.h>
 #include <sonde/error.h>
-#include <sonde/sampling.h>
 #include <sonde/tokenizer.h>
 
 #include "run_internal.h"
@@ -42,15 +41,16 @@ PreparedRequest prepare_one(const RunModel& s, const Request& r, std::int64_t in
       bad_input("{}: {} tokens exceed max_position_embeddings {}", r.where, T, cfg.max_position_embeddings);
     return p;
   }
+  try {
+    p.settings.check();
+  } catch (const Error& e) {
+    bad_input("{}: {}", r.where, e.what());
+  }
   const auto n = resolve_max_new_tokens(p.settings, cfg);
   if (n < 1) bad_input("{}: max_new_tokens must be at least 1, got {}", r.where, n);
   if (T + n > cfg.max_position_embeddings)
     bad_input("{}: {} prompt tokens + {} new tokens = {} exceed max_position_embeddings {}", r.where, T, n, T + n,
               cfg.max_position_embeddings);
-  if (s.info().decoding == DecodingKind::MaskedDiffusion) {
-    if (p.settings.steps && *p.settings.steps < 1) bad_input("{}: steps must be at least 1, got {}", r.where, *p.settings.steps);
-    if (p.settings.alg) parse_diffusion_alg(*p.settings.alg);
-  }
   p.key = p.settings.batch_key();
   return p;
 }

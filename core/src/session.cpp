@@ -7,6 +7,9 @@
 
 #include "plan_cache.h"
 
+#include <algorithm>
+#include <thread>
+
 namespace sonde {
 
 Session::~Session() = default;
@@ -15,6 +18,11 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
   auto& registry = PluginRegistry::instance();
   if (registry.searched().empty()) registry.scan(PluginRegistry::search_path(o.plugin_dir));
 
+  // A thread count far past the cores is a typo, and thousands of threads exhaust the process.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int max_threads = std::max(64, 4 * cores);
+  if (o.threads < 0 || o.threads > max_threads)
+    bad_input("threads: {} is outside 0..{} (0: every core; this machine has {})", o.threads, max_threads, cores);
   std::unique_ptr<Session> s(new Session());
   s->dir_ = resolve_model_dir(o.model);
   s->config_ = ModelConfig::load(s->dir_);

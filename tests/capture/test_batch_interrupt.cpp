@@ -25,37 +25,49 @@ std::vector<std::string> batch_args(const std::string& model, const std::filesys
           "--batch-size", "2", "--checkpoint-every", "4"};
 }
 
-TEST(BatchInterrupt, SigintWithActivationsLeavesAResumableRunThatEndsAsTheUninterruptedOne) {
-  const auto dir = temp_dir();
+// A batch run on 4000 tiny prompts (long enough to signal), its uninterrupted twin made first.
+std::string prepare(const std::filesystem::path& dir) {
   const auto model = dir / "model";
   auto r = run_sonde({"make-model", "--arch", "qwen2", "--preset", "tiny", "--seed", "5", "--out", model.string()});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
   {
     std::ofstream in(dir / "in.jsonl");
     for (int i = 0; i < 4000; ++i) in << "{\"id\": " << i << ", \"ids\": [" << (i % 250) + 1 << ", " << i / 250 + 1 << ", 7]}\n";
   }
   r = run_sonde(batch_args(model.string(), dir, "full"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return model.string();
+}
 
-  const auto args = batch_args(model.string(), dir, "part");
+// Starts the "part" run and waits until it has committed 100 results (progress, not a clock).
+Child start_part(const std::vector<std::string>& args, const std::filesystem::path& dir, std::optional<int>& ended) {
   const Child c = spawn_sonde(args, dir / "log.txt");
-  std::optional<int> ended;
-  while (!(ended = poll_child(c))) {  // interrupt once 100 results are committed
+  while (!(ended = poll_child(c))) {
     const std::string out = read_text(dir / "part.jsonl");
     if (std::count(out.begin(), out.end(), '\n') >= 100) break;
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
-  if (!ended) send_signal(c, SIGINT);
+  return c;
+}
+
+void interrupt_and_resume(int sig) {
+  const auto dir = temp_dir() / ("signal-" + std::to_string(sig));
+  std::filesystem::create_directories(dir);
+  const auto model = prepare(dir);
+  const auto args = batch_args(model, dir, "part");
+  std::optional<int> ended;
+  const Child c = start_part(args, dir, ended);
+  if (!ended) send_signal(c, sig);
   const int code = ended ? *ended : wait_child(c);
   const std::string log = read_text(dir / "log.txt");
-  if (code == 0) GTEST_SKIP() << "the run finished before SIGINT arrived";
-  ASSERT_EQ(code, 130) << log;
+  if (code == 0) GTEST_SKIP() << "the run finished before the signal arrived";
+  ASSERT_EQ(code, 128 + sig) << log;
   EXPECT_NE(log.find("continue with --resume"), std::string::npos) << log;
   EXPECT_EQ(read_int_attr(dir / "part.h5", "complete"), 0) << "an interrupted file was marked complete";
 
   auto resumed = args;
   resumed.push_back("--resume");
-  r = run_sonde(resumed);
+  const auto r = run_sonde(resumed);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resuming after"), std::string::npos) << r.output;
   EXPECT_EQ(read_text(dir / "part.jsonl"), read_text(dir / "full.jsonl"));
@@ -66,6 +78,38 @@ TEST(BatchInterrupt, SigintWithActivationsLeavesAResumableRunThatEndsAsTheUninte
     EXPECT_EQ(got.shape, want.shape) << ds;
     EXPECT_EQ(got.values, want.values) << ds;
   }
+}
+
+TEST(BatchInterrupt, SigintWithActivationsLeavesAResumableRunThatEndsAsTheUninterruptedOne) { interrupt_and_resume(SIGINT); }
+TEST(BatchInterrupt, SigtermAndSighupStopAsCtrlCDoes) {
+  interrupt_and_resume(SIGTERM);
+  interrupt_and_resume(SIGHUP);
+}
+
+TEST(BatchInterrupt, ASecondRunOnTheSameOutputsIsRefusedWhileTheFirstWrites) {
+  const auto dir = temp_dir();
+  const auto model = prepare(dir);
+  const auto args = batch_args(model, dir, "part");
+  std::optional<int> ended;
+  const Child c = start_part(args, dir, ended);
+  if (ended) GTEST_SKIP() << "the first run finished before the second started";
+  auto second = args;
+  second.push_back("--resume");
+  const auto r = run_sonde(second);
+  send_signal(c, SIGINT);
+  const int first_code = wait_child(c);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is being written by another run (process " + std::to_string(c.pid) + ")"), std::string::npos)
+      << r.output;
+  if (first_code == 0) return;  // it finished first: nothing more to compare
+  ASSERT_EQ(first_code, 130);
+  // The refused run wrote nothing: the first one resumes to the uninterrupted files.
+  auto resumed = args;
+  resumed.push_back("--resume");
+  ASSERT_EQ(run_sonde(resumed).exit_code, 0);
+  EXPECT_EQ(read_text(dir / "part.jsonl"), read_text(dir / "full.jsonl"));
+  const Array got = read_dataset(dir / "part.h5", "/acts/blocks.0.hook_resid_post");
+  EXPECT_EQ(got.values, read_dataset(dir / "full.h5", "/acts/blocks.0.hook_resid_post").values);
 }
 
 }  // namespace

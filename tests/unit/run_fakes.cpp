@@ -1,10 +1,12 @@
 #include "run_fakes.h"
 
+#include <sonde/error.h>
 #include <sonde/tokenizer.h>
 
 namespace sonde::test {
 
 Tensor FakeLm::forward(const StepInput& in) {
+  if (static_cast<std::int64_t>(batch_sizes.size()) == fail_at_call) runtime_error("fake: forward {} fails", fail_at_call);
   batch_sizes.push_back(in.batch);
   Tensor logits(DType::f32, Shape{in.batch, in.tokens, vocab});
   float* l = logits.data<float>();

@@ -30,6 +30,7 @@ class FakeLm : public DecodeForward {
     tap_ = std::move(tap);
   }
   std::int64_t vocab = kVocab;
+  std::int64_t fail_at_call = -1;  // the forward with this index (0-based) throws a runtime error
   std::int32_t eos = kEos;
   std::vector<std::int64_t> batch_sizes;  // rows of every forward, in call order
 

@@ -5,9 +5,11 @@
 #include "run_fakes.h"
 
 #include <sonde/error.h>
+#include <sonde/output_lock.h>
 #include <sonde/run.h>
 #include <sonde/tokenizer.h>
 
+#include <fmt/core.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <unistd.h>
 
 namespace sonde::test {
 namespace {
@@ -395,6 +398,76 @@ TEST(RunTokens, StreamsEachTokenByRequestAsItIsChosen) {
   o.on_token = [&](std::int64_t r, std::int32_t t) { seen.emplace_back(r, t); };
   run(m, id_requests({{1}, {5}}), o);
   EXPECT_EQ(seen, (std::vector<std::pair<std::int64_t, std::int32_t>>{{0, 2}, {1, 6}, {0, 3}, {1, 7}, {0, 4}, {1, 8}}));
+}
+
+// ---- outputs: written whole or not at all, and locked while written ----
+
+// A sink that creates its file at the path it is given, as the HDF5 sink does.
+std::shared_ptr<NiceMock<MockSink>> file_sink(Received& got, std::vector<std::string>& opened) {
+  auto sink = recording_sink(got);
+  ON_CALL(*sink, open(_, _, _)).WillByDefault(Invoke([&opened](const SinkOptions& so, const RunMetadata&, const std::vector<HookPoint>&) {
+    opened.push_back(so.path);
+    std::ofstream(so.path) << "new";
+    return CommitMark{};
+  }));
+  return sink;
+}
+
+TEST(RunOutputs, AOneShotFileAppearsOnlyWhenTheRunSucceeds) {
+  const fs::path dir = temp_dir();
+  const auto out = dir / "g.h5";
+  std::ofstream(out) << "old";
+  FakeModel m;
+  Received got;
+  std::vector<std::string> opened;
+  RunOptions o = greedy(3);
+  o.sinks = {SinkSpec{"mock", out.string(), /*overwrite=*/true, file_sink(got, opened)}};
+  m.lm_.fail_at_call = 1;  // the second decode step
+  EXPECT_THROW(run(m, id_requests({{1, 2}}), o), Error);
+  ASSERT_EQ(opened.size(), 1u);
+  EXPECT_EQ(opened[0], out.string() + ".partial");
+  EXPECT_FALSE(fs::exists(opened[0])) << "a failed run left its partial file";
+  EXPECT_EQ(read_file(out), "old") << "a failed run replaced the file it was to overwrite";
+
+  m.lm_.fail_at_call = -1;
+  run(m, id_requests({{1, 2}}), o);
+  EXPECT_EQ(read_file(out), "new");
+  EXPECT_FALSE(fs::exists(opened[0]));
+  EXPECT_FALSE(fs::exists(out.string() + ".lock"));
+
+  o.sinks[0].overwrite = false;
+  try {
+    run(m, id_requests({{1, 2}}), o);
+    FAIL() << "an existing file was replaced without overwrite";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+    EXPECT_THAT(e.what(), HasSubstr(out.string() + " already exists"));
+  }
+}
+
+TEST(RunOutputs, ASecondWriterOfTheSameOutputsIsRefusedWithTheHoldersPid) {
+  const fs::path dir = temp_dir();
+  const auto results = (dir / "r.jsonl").string();
+  FakeModel m;
+  RunOptions o = greedy(1);
+  o.results_path = results;
+  {
+    OutputLock held(results);  // another run writing r.jsonl
+    try {
+      run(m, id_requests({{1}}), o);
+      FAIL() << "a second writer was let in";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+      EXPECT_THAT(e.what(), HasSubstr(fmt::format("{} is being written by another run (process {})", results, ::getpid())));
+    }
+    EXPECT_FALSE(fs::exists(results)) << "the refused run wrote";
+  }
+  run(m, id_requests({{1}}), o);  // released: the next run goes ahead
+  EXPECT_TRUE(fs::exists(results));
+  // A lock file left by a killed holder is no lock: the kernel released it with the process.
+  std::ofstream(results + ".lock") << "999999";
+  o.resume = true;
+  EXPECT_NO_THROW(run(m, id_requests({{1}, {2}}), o));
 }
 
 // ---- the forward kind ----

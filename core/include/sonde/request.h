@@ -35,6 +35,10 @@ struct GenerationSettings {
   // A JSON object with those keys. BadInput "field: ..." naming the key and value for an unknown
   // key or a value of the wrong type or sign.
   static GenerationSettings from_json(const nlohmann::json& object);
+  // The values' meaning, the same for the command line, config files, dataset lines and Python:
+  // BadInput "name: value ..." for max_new_tokens or steps < 1, a negative top_k, temperature or
+  // alg_temp, top_p outside (0, 1], repetition_penalty <= 0, eps outside (0, 1), an unknown alg.
+  void check() const;
   // The keys from_json accepts.
   static const std::vector<std::string>& keys();
 };
