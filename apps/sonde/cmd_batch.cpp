@@ -42,6 +42,7 @@ void catch_sigint() {
 struct BatchOptions {
   CommonOptions common;
   CaptureSettings capture;
+  EditFlags edits;
   std::string input, output, acts;
   std::int64_t batch_size = 8, checkpoint_every = 64;
   double checkpoint_seconds = 60;
@@ -80,7 +81,7 @@ int run_batch(const BatchOptions& o) {
     throw Error(e.kind(), fmt::format("{} (--skip-bad-lines skips bad lines)", e.what()));
   }
   for (auto& r : data.requests) r.where = o.input + " " + r.where;
-  as_flag("--hooks", [&] { make_capture_spec(*session, o.capture); });
+  if (o.edits.file.empty() && o.edits.steer.empty()) as_flag("--hooks", [&] { make_capture_spec(*session, o.capture); });
 
   RunOptions ro;
   ro.command = "batch";
@@ -89,6 +90,7 @@ int run_batch(const BatchOptions& o) {
   ro.batch_size = o.batch_size;
   ro.skip_bad = o.skip_bad;
   ro.capture = o.capture;
+  ro.edits = edit_specs(o.edits);
   if (!o.acts.empty()) ro.sinks = {SinkSpec{"hdf5", o.acts, o.overwrite, nullptr}};
   ro.results_path = o.output;
   ro.dataset_path = o.input;
@@ -143,6 +145,7 @@ int cmd_batch(const Args& args) {
   add_generation_options(defaults, /*all=*/false);
   desc.add(defaults);
   add_capture_options(desc, o.capture);
+  add_edit_options(desc, o.edits);
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde batch --model DIR --input F.jsonl --output R.jsonl [--hooks SEL --acts F.h5] [--resume]",
                      desc, vm))

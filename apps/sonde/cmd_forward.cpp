@@ -19,6 +19,8 @@ int cmd_forward(const Args& args) {
   bool overwrite = false;
   po::options_description desc("forward options");
   add_common_options(desc, common);
+  EditFlags edits;
+  add_edit_options(desc, edits);
   desc.add_options()
       ("ids", po::value(&ids_text), "token ids, e.g. 1,2,3")
       ("text", po::value(&text), "text to tokenize with the model's tokenizer")
@@ -46,10 +48,12 @@ int cmd_forward(const Args& args) {
   o.kind = RunKind::Forward;
   o.command = "forward";
   o.capture = capture;
+  o.edits = edit_specs(edits);
   o.sinks = {SinkSpec{"hdf5", out, overwrite, nullptr}};
   // Checked before the run prepares the request, whose errors come first; the sink refuses too.
   if (std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
-  as_flag("--hooks", [&] { make_capture_spec(*session, capture, /*per_sequence_ok=*/true); });
+  // With edits the run checks --hooks itself: <hook>.pre_edit exists only once they are set.
+  if (o.edits.empty()) as_flag("--hooks", [&] { make_capture_spec(*session, capture, /*per_sequence_ok=*/true); });
   const RunResult res = run(*session, {request}, o);
 
   const auto T = res.logits.shape()[0], V = res.logits.shape()[1];

@@ -21,6 +21,7 @@ namespace {
 struct GenerateOptions {
   CommonOptions common;
   CaptureSettings capture;
+  EditFlags edits;
   std::vector<std::string> ids;
   std::string prompt, out;
   bool chat = false, json = false, history = false, no_cache = false, overwrite = false;
@@ -72,6 +73,7 @@ int cmd_generate(const Args& args) {
       ("overwrite", po::bool_switch(&o.overwrite), "replace an existing --out file");
   add_generation_options(desc, /*all=*/true);
   add_capture_options(desc, o.capture);
+  add_edit_options(desc, o.edits);
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde generate --model DIR (--prompt T | --ids 1,2,3 ...) [--chat] [--max-new-tokens N] [--json]",
                      desc, vm))
@@ -89,8 +91,9 @@ int cmd_generate(const Args& args) {
   ro.use_kv_cache = !o.no_cache;
   ro.record_history = o.history;
   ro.capture = o.capture;
+  ro.edits = edit_specs(o.edits);
   if (!o.out.empty()) {
-    as_flag("--hooks", [&] { make_capture_spec(*session, o.capture); });
+    if (ro.edits.empty()) as_flag("--hooks", [&] { make_capture_spec(*session, o.capture); });  // else the run checks
     ro.sinks = {SinkSpec{"hdf5", o.out, o.overwrite, nullptr}};
   }
   const auto reqs = requests(o, vm, settings);

@@ -6,6 +6,7 @@
 #include <sonde/run.h>
 
 #include "edit_patch.h"
+#include "run_internal.h"
 
 #include <cmath>
 #include <filesystem>
@@ -180,4 +181,32 @@ std::vector<Edit> resolve_edits(const RunModel& m, const std::vector<EditSpec>& 
   return out;
 }
 
+}  // namespace sonde
+
+namespace sonde {
+
+void RunModel::set_edits(std::vector<Edit> edits) {
+  if (!edits.empty()) bad_input("this model does not take edits");
+}
+
+namespace run_detail {
+
+std::vector<Edit> run_edits(const RunModel& s, const RunOptions& o, const std::vector<PreparedRequest>& prepared) {
+  if (o.edits.empty()) return {};
+  EditLimits lim;
+  lim.diffusion = o.kind == RunKind::Generate && s.info().decoding == DecodingKind::MaskedDiffusion;
+  const bool final_capture = parse_step_policy(o.capture.diffusion_capture).kind == StepPolicy::Kind::Final;
+  for (const auto& p : prepared) {
+    std::int64_t len = static_cast<std::int64_t>(p.ids.size());
+    if (o.kind == RunKind::Generate) len += resolve_max_new_tokens(p.settings, s.config());
+    lim.max_position = std::max(lim.max_position, len);
+    if (lim.diffusion)
+      lim.steps = std::max(lim.steps, resolve_diffusion(p.settings, s.config()).steps + (final_capture ? 1 : 0));
+    lim.prompt_ids.push_back(p.id);
+    lim.prompt_tokens.push_back(p.ids);
+  }
+  return resolve_edits(s, o.edits, lim);
+}
+
+}  // namespace run_detail
 }  // namespace sonde

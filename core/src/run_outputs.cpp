@@ -22,6 +22,11 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
                    {"batch_size", o.batch_size},
                    {"defaults", o.defaults.to_json()},
                    {"capture", o.capture.to_json()}};
+  if (!o.edits.empty()) {
+    nlohmann::json edits = nlohmann::json::array();
+    for (const auto& e : o.edits) edits.push_back(e.to_json());
+    j["edits"] = edits;
+  }
   if (!o.dataset_path.empty()) {
     j["input_sha256"] = sha256_file(o.dataset_path);
   } else {  // a one-shot file is the only record of what it ran
