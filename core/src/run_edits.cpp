@@ -115,9 +115,11 @@ std::shared_ptr<FilePatchRows> patch_rows(const RunModel& m, const EditSpec& e, 
   for (std::size_t i = 0; i < lim.prompt_ids.size(); ++i) {
     const auto* p = src->prompt(lim.prompt_ids[i]);
     if (!p) bad_input("{}: {} has no prompt with id '{}'", e.where, e.source, lim.prompt_ids[i]);
-    const auto& want = lim.prompt_tokens.at(i);
-    if (p->tokens.size() < want.size() || !std::equal(want.begin(), want.end(), p->tokens.begin()))
-      bad_input("{}: prompt '{}' has other tokens in {} than in this run", e.where, lim.prompt_ids[i], e.source);
+    // Clean and corrupted prompts differ in tokens, not in length: rows are matched by position.
+    const auto want = lim.prompt_tokens.at(i).size();
+    if (p->tokens.size() < want)
+      bad_input("{}: prompt '{}' has {} tokens in {}, this run's has {}", e.where, lim.prompt_ids[i], p->tokens.size(),
+                e.source, want);
   }
   return src;
 }

@@ -1,0 +1,232 @@
+#!/usr/bin/python3
+"""Goldens for sonde's edits (interventions) from an independent float64 PyTorch reference.
+
+    /usr/bin/python3 tests/reference/make_edit_goldens.py --sonde build/bin/sonde --out tests/data
+
+For each checkpoint (tiny Qwen2 and Dream, f32 and bf16 weights, made by `sonde make-model`, the
+only thing taken from sonde) and each edit case, the forward pass of qwen2_reference.py's math is
+run with the edit applied at its hook point, written from the semantics in docs/interventions.md
+(not from sonde's sources):
+
+  add          x + scale * v                    scale        x * factor
+  zero         0 (the selected heads only)      mean         m (a vector read from the file)
+  project_out  x - (x . u) u, u = d / |d|       clamp        x - ((x . u) - c) u
+  patch        the hook's rows of a run on another prompt (a "clean" run), at some positions
+
+only at the selected positions (all, or a list). The vectors live in the golden file itself
+(`/inputs/*`), so the test passes `golden.h5:/inputs/v` to sonde as the vector source. Stored per
+case: the logits and every layer's hook_resid_post (the downstream hooks), both f32.
+
+A greedy autoregressive generation of a Qwen2 checkpoint with a steering vector added at every
+position is stored too (`/generate`), with the smallest top1 - top2 logit gap over its steps; the
+prompt and scale are re-drawn until that gap clears 1e-3, so an f32 engine must agree token for
+token.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import qwen2_reference as ref  # noqa: E402
+from make_goldens import lcg_ids, sha256  # noqa: E402
+
+FILES = {
+    "edits-tiny-qwen2-f32": ["--arch", "qwen2", "--preset", "tiny", "--seed", "41"],
+    "edits-tiny-qwen2-bf16": ["--arch", "qwen2", "--preset", "tiny", "--dtype", "bf16", "--seed", "42"],
+    "edits-tiny-dream-f32": ["--arch", "dream", "--preset", "tiny", "--seed", "43"],
+    "edits-tiny-dream-bf16": ["--arch", "dream", "--preset", "tiny", "--dtype", "bf16", "--seed", "44"],
+}
+T = 6
+GEN_NEW = 8
+
+
+def cases(cfg):
+    """Each case: the edit as sonde's --edits JSON takes it (vector sources name /inputs/*) and
+    the reference's view of it."""
+    L = cfg.L
+    return [
+        {"name": "add_resid_post0", "edit": {"hook": "blocks.0.hook_resid_post", "op": "add", "vector": "@/inputs/v", "scale": 3.0}},
+        {"name": "scale_mlp_post1_positions", "edit": {"hook": f"blocks.{L - 1}.mlp.hook_post", "op": "scale", "factor": 0.5, "positions": [1, 3]}},
+        {"name": "zero_head1_z0", "edit": {"hook": "blocks.0.attn.hook_z", "op": "zero", "heads": [1]}},
+        {"name": "mean_attn_out0", "edit": {"hook": "blocks.0.hook_attn_out", "op": "mean", "stats": "@/inputs/m"}},
+        {"name": "project_out_resid_pre1", "edit": {"hook": "blocks.1.hook_resid_pre", "op": "project_out", "direction": "@/inputs/d"}},
+        {"name": "clamp_resid_mid0", "edit": {"hook": "blocks.0.hook_resid_mid", "op": "clamp", "direction": "@/inputs/d", "value": 2.5}},
+        {"name": "patch_resid_post0_pos2", "edit": {"hook": "blocks.0.hook_resid_post", "op": "patch", "source": "@clean", "positions": [2, 4]}},
+    ]
+
+
+def apply(edit, x, inputs, clean):
+    """x [T, *row] float64 at the edit's hook: the edited value."""
+    op = edit["op"]
+    rows = edit.get("positions", list(range(x.shape[0])))
+    y = x.clone()
+    for t in rows:
+        r = x[t]
+        if op == "add":
+            y[t] = r + edit.get("scale", 1.0) * inputs["v"]
+        elif op == "scale":
+            y[t] = r * edit["factor"]
+        elif op == "zero":
+            for h in edit["heads"]:
+                y[t, h] = 0
+        elif op == "mean":
+            y[t] = inputs["m"]
+        elif op in ("project_out", "clamp"):
+            u = inputs["d"] / torch.linalg.norm(inputs["d"])
+            c = edit.get("value", 0.0) if op == "clamp" else 0.0
+            y[t] = r - ((r * u).sum() - c) * u
+        elif op == "patch":
+            y[t] = clean[edit["hook"]][t]
+    return y
+
+
+def forward(weights, cfg, ids, at):
+    """qwen2_reference.forward's math in float64 with at(hook, x) -> x at each hook point.
+    Returns the logits and the per-layer hook_resid_post (as recorded after any edit there)."""
+    W = {k: torch.from_numpy(np.ascontiguousarray(v)).to(torch.float64) for k, v in weights.items()}
+    n = len(ids)
+    nh, nkv, d = cfg.nh, cfg.nkv, cfg.d
+    x = W["model.embed_tokens.weight"][torch.tensor(ids, dtype=torch.long)]
+    cos, sin = ref.rope_cos_sin(n, d, cfg.theta, torch.float64)
+    allowed = torch.tril(torch.ones(n, n, dtype=torch.bool)) if cfg.causal else None
+    resid = []
+    for i in range(cfg.L):
+        p = f"model.layers.{i}."
+        x = at(f"blocks.{i}.hook_resid_pre", x)
+        if i > 0:
+            resid.append(x)  # the same tensor as the previous layer's hook_resid_post
+        h = ref.rms_norm(x, W[p + "input_layernorm.weight"], cfg.eps)
+        q = (h @ W[p + "self_attn.q_proj.weight"].T + W[p + "self_attn.q_proj.bias"]).view(n, nh, d)
+        k = (h @ W[p + "self_attn.k_proj.weight"].T + W[p + "self_attn.k_proj.bias"]).view(n, nkv, d)
+        v = (h @ W[p + "self_attn.v_proj.weight"].T + W[p + "self_attn.v_proj.bias"]).view(n, nkv, d)
+        q, k = ref.apply_rope(q, cos, sin), ref.apply_rope(k, cos, sin)
+        kv_of = torch.arange(nh) // (nh // nkv)
+        s = torch.einsum("thd,uhd->htu", q, k[:, kv_of, :]) * d ** -0.5
+        if allowed is not None:
+            s = s.masked_fill(~allowed[None], float("-inf"))
+        z = torch.einsum("htu,uhd->thd", torch.softmax(s, dim=-1), v[:, kv_of, :])
+        z = at(f"blocks.{i}.attn.hook_z", z)
+        attn_out = at(f"blocks.{i}.hook_attn_out", z.reshape(n, nh * d) @ W[p + "self_attn.o_proj.weight"].T)
+        x = at(f"blocks.{i}.hook_resid_mid", x + attn_out)
+        h2 = ref.rms_norm(x, W[p + "post_attention_layernorm.weight"], cfg.eps)
+        gate, up = h2 @ W[p + "mlp.gate_proj.weight"].T, h2 @ W[p + "mlp.up_proj.weight"].T
+        post = at(f"blocks.{i}.mlp.hook_post", gate * torch.sigmoid(gate) * up)
+        mlp_out = at(f"blocks.{i}.hook_mlp_out", post @ W[p + "mlp.down_proj.weight"].T)
+        x = at(f"blocks.{i}.hook_resid_post", x + mlp_out)
+    resid.append(x)
+    xf = ref.rms_norm(x, W["model.norm.weight"], cfg.eps)
+    head = W["model.embed_tokens.weight"] if cfg.tied else W["lm_head.weight"]
+    return xf @ head.T, torch.stack(resid)
+
+
+def edited_forward(weights, cfg, ids, edit, inputs, clean):
+    def at(name, x):
+        return apply(edit, x, inputs, clean) if name == edit["hook"] else x
+    return forward(weights, cfg, ids, at)
+
+
+def record_all(weights, cfg, ids):
+    """Every hook's value on an unedited run (the patch source)."""
+    seen = {}
+
+    def at(name, x):
+        seen[name] = x.clone()
+        return x
+    forward(weights, cfg, ids, at)
+    return seen
+
+
+def greedy_steered(weights, cfg, prompt, hook, v, scale, n_new):
+    """Greedy decoding by full recomputation, v * scale added at `hook` on every position."""
+    ids = list(prompt)
+    gaps = []
+    for _ in range(n_new):
+        def at(name, x):
+            return x + scale * v if name == hook else x
+        logits, _ = forward(weights, cfg, ids, at)
+        last = logits[-1]
+        top = torch.topk(last, 2).values
+        gaps.append(float(top[0] - top[1]))
+        ids.append(int(torch.argmax(last)))
+    return ids[len(prompt):], min(gaps)
+
+
+def write(g, name, a):
+    g.create_dataset(name, data=np.asarray(a), compression="gzip", shuffle=True)
+
+
+def make_file(sonde, name, mm_args, out_dir):
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "m")
+        subprocess.run([sonde, "make-model", *mm_args, "--out", model], check=True, capture_output=True)
+        cfg, weights = ref.load_model(model)
+        model_sha = sha256(os.path.join(model, "model.safetensors"))
+    rng = np.random.RandomState(7)
+    H = cfg.H
+    inputs64 = {"v": rng.randn(H), "m": rng.randn(H) * 0.5, "d": rng.randn(H)}
+    inputs = {k: v.astype(np.float32) for k, v in inputs64.items()}  # sonde reads f32; so does the reference
+    tin = {k: torch.from_numpy(v.astype(np.float64)) for k, v in inputs.items()}
+    prompt = lcg_ids(5, T, cfg.V - 8)
+    clean_prompt = lcg_ids(6, T, cfg.V - 8)
+    clean = record_all(weights, cfg, clean_prompt)
+    path = os.path.join(out_dir, name + ".h5")
+    with h5py.File(path, "w", track_order=True) as f:
+        f.attrs["edits_make_model_args"] = json.dumps(mm_args)
+        f.attrs["model_sha256"] = model_sha
+        f.attrs["torch_version"] = str(torch.__version__)
+        f.attrs["reference_precision"] = "float64"
+        f.attrs["prompt"] = json.dumps(prompt)
+        f.attrs["clean_prompt"] = json.dumps(clean_prompt)
+        for k, v in inputs.items():
+            f.create_dataset(f"inputs/{k}", data=v)
+        listed, edits = [], {}
+        for c in cases(cfg):
+            logits, resid = edited_forward(weights, cfg, prompt, c["edit"], tin, clean)
+            g = f.create_group(f"cases/{c['name']}")
+            edits[c["name"]] = c["edit"]
+            write(g, "logits", logits.numpy().astype(np.float32))
+            write(g, "resid_post", resid.numpy().astype(np.float32))
+            listed.append(c["name"])
+        f.attrs["cases"] = json.dumps(listed)
+        f.attrs["case_edits"] = json.dumps(edits)
+        if cfg.causal:
+            hook = "blocks.0.hook_resid_post"
+            for attempt in range(200):
+                p = lcg_ids(100 + attempt, 4, cfg.V - 8)
+                scale = 2.0 + 0.25 * (attempt % 8)
+                base, _ = greedy_steered(weights, cfg, p, hook, tin["v"], 0.0, GEN_NEW)
+                toks, gap = greedy_steered(weights, cfg, p, hook, tin["v"], scale, GEN_NEW)
+                _, gap0 = greedy_steered(weights, cfg, p, hook, tin["v"], 0.0, GEN_NEW)
+                if min(gap, gap0) > 1e-3 and toks != base:
+                    break
+            else:
+                raise SystemExit(f"{name}: no steered generation clear of ties")
+            g = f.create_group("generate")
+            f.attrs["gen_prompt"] = json.dumps(p)
+            f.attrs["gen_hook"] = hook
+            f.attrs["gen_scale"] = repr(scale)
+            f.attrs["gen_min_logit_gap"] = repr(min(gap, gap0))
+            write(g, "tokens", np.array(toks, dtype=np.int64))
+            write(g, "unsteered_tokens", np.array(base, dtype=np.int64))
+    print(f"wrote {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sonde", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    for name, mm in FILES.items():
+        make_file(a.sonde, name, mm, a.out)
+
+
+if __name__ == "__main__":
+    main()
