@@ -15,7 +15,7 @@ namespace sonde::cli {
 int cmd_forward(const Args& args) {
   CommonOptions common;
   CaptureSettings capture;
-  std::string ids_text, text, out;
+  std::string ids_text, text, out, stats;
   bool overwrite = false;
   po::options_description desc("forward options");
   add_common_options(desc, common);
@@ -28,6 +28,7 @@ int cmd_forward(const Args& args) {
       ("hooks", po::value(&capture.hooks), "hooks to capture: names, aliases, globs, ranges, comma-separated")
       ("storage-dtype", po::value(&capture.storage)->default_value("f32"), "f32, bf16 or f16")
       ("compress", po::bool_switch(&capture.compress), "shuffle + deflate")
+      ("stats", po::value(&stats), "running statistics of the --hooks rows, an HDF5 file (also the input of mean edits)")
       ("overwrite", po::bool_switch(&overwrite), "replace an existing output file");
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde forward --model DIR (--ids 1,2,3 | --text T) --out F.h5 [--hooks SEL]", desc, vm))
@@ -50,6 +51,7 @@ int cmd_forward(const Args& args) {
   o.capture = capture;
   o.edits = edit_specs(edits);
   o.sinks = {SinkSpec{"hdf5", out, overwrite, nullptr}};
+  if (!stats.empty()) o.sinks.push_back(SinkSpec{"stats", stats, overwrite, nullptr});
   // Checked before the run prepares the request, whose errors come first; the sink refuses too.
   if (std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
   // With edits the run checks --hooks itself: <hook>.pre_edit exists only once they are set.

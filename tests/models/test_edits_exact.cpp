@@ -166,6 +166,23 @@ TEST_P(EditsExact, SelfPatchOfAGenerationKeepsItsTokens) {
   EXPECT_NE(completions(cross), want);
 }
 
+// Mean ablation from a statistics file: the hook's rows become the mean --stats recorded.
+TEST_P(EditsExact, MeanFromAStatsFileReplacesTheRows) {
+  const auto stats = dir_ / "stats.h5";
+  forward("with_stats", {"--stats", stats.string()}, "blocks.0.hook_attn_out");
+  const auto out = forward("mean", {"--edits", edits_file({{{"hook", "blocks.0.hook_attn_out"}, {"op", "mean"}, {"stats", stats.string()},
+                                                           {"positions", {0, 2}}}}).string()},
+                           "blocks.0.hook_attn_out,blocks.0.hook_attn_out.pre_edit", "9,9,9,9");
+  const Array mean = read_dataset(stats, "stats/blocks.0.hook_attn_out/mean");
+  const Array rows = read_dataset(out, "acts/blocks.0.hook_attn_out"), pre = read_dataset(out, "acts/blocks.0.hook_attn_out.pre_edit");
+  const auto H = static_cast<std::size_t>(mean.values.size());
+  for (std::size_t t = 0; t < 4; ++t)
+    for (std::size_t j = 0; j < H; ++j) {
+      const double want = t == 0 || t == 2 ? static_cast<double>(static_cast<float>(mean.values[j])) : pre.values[t * H + j];
+      ASSERT_EQ(rows.values[t * H + j], want) << "slot " << t << " feature " << j;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackends, EditsExact, ::testing::ValuesIn(built_backends()), [](const auto& info) {
   std::string s = info.param;
   for (char& ch : s)
