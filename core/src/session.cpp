@@ -110,6 +110,12 @@ std::unique_ptr<PlannedGraph> Session::build_planned(const BatchShape& shape, co
   return pg;
 }
 
+std::map<std::string, Tensor> Session::run_graph(const Graph& g, const std::vector<std::string>& outputs,
+                                                 const std::map<std::string, TensorView>& feeds) {
+  const Plan plan = executor_->plan(g, outputs, {});
+  return executor_->run(plan, feeds, {});
+}
+
 void Session::set_edits(std::vector<Edit> edits) {
   edits_ = std::move(edits);
   plans_->clear();

@@ -158,6 +158,28 @@ def greedy_steered(weights, cfg, prompt, hook, v, scale, n_new):
     return ids[len(prompt):], min(gaps)
 
 
+def lens(weights, cfg, ids, k):
+    """The logit lens: final norm and head on every layer's hook_resid_post; top k, next token."""
+    W = {n: torch.from_numpy(np.ascontiguousarray(weights[n])).to(torch.float64)
+         for n in ("model.norm.weight", "model.embed_tokens.weight", "lm_head.weight") if n in weights}
+    _, resid = forward(weights, cfg, ids, lambda name, x: x)
+    head = W["model.embed_tokens.weight"] if cfg.tied else W["lm_head.weight"]
+    logits = ref.rms_norm(resid, W["model.norm.weight"], cfg.eps) @ head.T  # [L, T, V]
+    prob = torch.softmax(logits, dim=-1)
+    top = torch.topk(logits, k + 1, dim=-1)
+    gap = float((top.values[..., :-1] - top.values[..., 1:]).min())  # ranks are unambiguous above this
+    L, n, _ = logits.shape
+    next_rank = np.full((L, n), -1, np.int64)
+    next_prob = np.zeros((L, n), np.float32)
+    for t in range(n - 1):
+        nxt = ids[t + 1]
+        next_rank[:, t] = (logits[:, t, :] > logits[:, t, nxt : nxt + 1]).sum(-1).numpy()
+        next_prob[:, t] = prob[:, t, nxt].numpy()
+    return {"top_ids": top.indices[..., :k].numpy().astype(np.int32),
+            "top_probs": torch.gather(prob, -1, top.indices[..., :k]).numpy().astype(np.float32),
+            "next_rank": next_rank, "next_prob": next_prob}, gap
+
+
 def write(g, name, a):
     g.create_dataset(name, data=np.asarray(a), compression="gzip", shuffle=True)
 
@@ -194,6 +216,13 @@ def make_file(sonde, name, mm_args, out_dir):
             write(g, "logits", logits.numpy().astype(np.float32))
             write(g, "resid_post", resid.numpy().astype(np.float32))
             listed.append(c["name"])
+        res, gap = lens(weights, cfg, prompt, 5)
+        if gap < 1e-4:
+            raise SystemExit(f"{name}: lens top-6 logits within {gap} of a tie")
+        g = f.create_group("lens")
+        g.attrs["min_rank_gap"] = gap
+        for k, v in res.items():
+            write(g, k, v)
         f.attrs["cases"] = json.dumps(listed)
         f.attrs["case_edits"] = json.dumps(edits)
         if cfg.causal:

@@ -79,6 +79,12 @@ class Session {
   Tensor forward_cached(const ForwardInput& in, KvCache& cache, const std::set<std::string>& taps,
                         const Executor::Tap& tap, bool need_logits = true);
 
+  // Plans and runs a graph built over this session's weights (GraphBuilder with backend().weight)
+  // on its backend, with reference fallback; for small computations beside the model (the logit
+  // lens). Not cached: planned on every call.
+  std::map<std::string, Tensor> run_graph(const Graph& g, const std::vector<std::string>& outputs,
+                                          const std::map<std::string, TensorView>& feeds);
+
   // Edits inserted into every graph from now on (edits.h); replaces the previous set and drops
   // the planned graphs. Empty: none, at no cost.
   void set_edits(std::vector<Edit> edits);
