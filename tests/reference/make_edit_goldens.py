@@ -180,6 +180,34 @@ def lens(weights, cfg, ids, k):
             "next_rank": next_rank, "next_prob": next_prob}, gap
 
 
+def log_softmax_at(logits_row, tok):
+    return float(torch.log_softmax(logits_row, dim=-1)[tok])
+
+
+def score_ar(weights, cfg, prompt, completion):
+    """Exact log-probabilities: token j of the completion from the logits at the slot before it."""
+    logits, _ = forward(weights, cfg, prompt + completion, lambda n, x: x)
+    P = len(prompt)
+    return [log_softmax_at(logits[P + j - 1], c) for j, c in enumerate(completion)]
+
+
+def score_diffusion_losses(weights, cfg, prompt, completion, masks):
+    """Each sample's weighted loss for the masks sonde drew (t, weight, masked indices): the
+    masked tokens replaced by the mask id, one forward, -log p of each masked token from the
+    logits one slot before it (Dream's logits at p predict p + 1)."""
+    mask_id = cfg.raw["mask_token_id"]
+    P = len(prompt)
+    out = []
+    for m in masks:
+        ids = prompt + completion
+        for j in m["masked"]:
+            ids[P + j] = mask_id
+        logits, _ = forward(weights, cfg, ids, lambda n, x: x)
+        nll = -sum(log_softmax_at(logits[P + j - 1], completion[j]) for j in m["masked"])
+        out.append(m["weight"] * nll if m["masked"] else 0.0)
+    return out
+
+
 def write(g, name, a):
     g.create_dataset(name, data=np.asarray(a), compression="gzip", shuffle=True)
 
@@ -223,6 +251,30 @@ def make_file(sonde, name, mm_args, out_dir):
         g.attrs["min_rank_gap"] = gap
         for k, v in res.items():
             write(g, k, v)
+        sp, sc = lcg_ids(21, 5, cfg.V - 8), lcg_ids(22, 4, cfg.V - 8)
+        f.attrs["score_prompt"] = json.dumps(sp)
+        f.attrs["score_completion"] = json.dumps(sc)
+        g = f.create_group("score")
+        if cfg.causal:
+            write(g, "token_logprobs", np.array(score_ar(weights, cfg, sp, sc)))
+        else:
+            # The masks come from sonde's seed contract (score.h); the losses are the reference's.
+            for coupled in (False, True):
+                with tempfile.TemporaryDirectory() as tmp:
+                    model = os.path.join(tmp, "m")
+                    subprocess.run([sonde, "make-model", *mm_args, "--out", model], check=True, capture_output=True)
+                    with open(os.path.join(tmp, "in.jsonl"), "w") as inp:
+                        inp.write(json.dumps({"id": "s", "ids": sp, "completion_ids": sc}) + "\n")
+                    args = [sonde, "score", "--model", model, "--input", os.path.join(tmp, "in.jsonl"), "--output",
+                            os.path.join(tmp, "out.jsonl"), "--samples", "8", "--seed", "9", "--record-masks"]
+                    subprocess.run(args + (["--coupled"] if coupled else []), check=True, capture_output=True)
+                    masks = json.loads(open(os.path.join(tmp, "out.jsonl")).readline())["masks"]
+                losses = score_diffusion_losses(weights, cfg, sp, sc, masks)
+                tag = "coupled" if coupled else "plain"
+                f.attrs[f"score_{tag}_masks"] = json.dumps([{"masked": m["masked"], "t": m["t"], "weight": m["weight"]} for m in masks])
+                write(g, f"{tag}_losses", np.array(losses))
+                per = [-(losses[k] + losses[k + 1]) / 2 for k in range(0, len(losses), 2)] if coupled else [-l for l in losses]
+                write(g, f"{tag}_estimate", np.array([np.mean(per), np.std(per, ddof=1) / np.sqrt(len(per))]))
         f.attrs["cases"] = json.dumps(listed)
         f.attrs["case_edits"] = json.dumps(edits)
         if cfg.causal:
