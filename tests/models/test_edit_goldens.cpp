@@ -149,5 +149,31 @@ TEST(EditGoldenGenerate, SteeredGreedyIsTokenExact) {
   }
 }
 
+// Dream's diffusion_generate (topk_margin, 4 steps, 8 new tokens) with a steering vector added to
+// the generated positions at steps 1-2 only chooses the reference's tokens, on every backend; the
+// unsteered run chooses the reference's unsteered ones.
+TEST(EditGoldenGenerate, DiffusionEditLimitedToStepsIsTokenExact) {
+  int files = 0;
+  for (const auto& f : edit_files()) {
+    if (!has_object(f, "diffusion_steered")) continue;
+    ++files;
+    const auto dir = temp_dir();
+    const auto model = make_model(f, dir);
+    const auto want = as_ints(read_dataset(f, "diffusion_steered/tokens"));
+    const auto unsteered = as_ints(read_dataset(f, "diffusion_steered/unsteered_tokens"));
+    const auto edits = dir / "e.json";
+    std::ofstream(edits) << nlohmann::json{{"edits", {resolve_sources(nlohmann::json::parse(read_string_attr(f, "diff_edit")), f, "")}}}.dump();
+    for (const auto& b : built_backends()) {
+      std::vector<std::string> base{"generate", "--model", model.string(), "--backend", b, "--ids", ids_attr(f, "diff_prompt"), "--json"};
+      for (const auto& a : nlohmann::json::parse(read_string_attr(f, "diff_settings"))) base.push_back(a.get<std::string>());
+      auto steered = base;
+      steered.insert(steered.end(), {"--edits", edits.string()});
+      EXPECT_EQ(completion(steered), want) << f.filename() << " on " << b;
+      EXPECT_EQ(completion(base), unsteered) << f.filename() << " on " << b;
+    }
+  }
+  EXPECT_EQ(files, 2);
+}
+
 }  // namespace
 }  // namespace sonde::test

@@ -208,6 +208,31 @@ def score_diffusion_losses(weights, cfg, prompt, completion, masks):
     return out
 
 
+def steered_diffusion(model_dir, cfg, v, scale, steps_on, n_new, n_steps):
+    """Dream's diffusion_generate (make_generation_goldens.diffusion, topk_margin, temperature 0)
+    with v * scale added to blocks.0.hook_resid_post at the generated positions during the steps
+    in steps_on only. Prompts are re-drawn until every decision clears the margins and the edit
+    changes the result."""
+    import make_generation_goldens as gen
+    m = gen.Model(model_dir)
+    for attempt in range(200):
+        prompt = lcg_ids(300 + attempt, 4, cfg.V - 8)
+
+        def edit(layer, x, pos):
+            if layer != 0 or gen.STEP not in steps_on:
+                return x
+            return x + scale * v * (pos >= len(prompt)).to(x.dtype)[..., None]
+        gen.EDIT = None
+        plain = gen.diffusion(m, [prompt], n_new, n_steps, "topk_margin")
+        gen.EDIT = edit
+        res = gen.diffusion(m, [prompt], n_new, n_steps, "topk_margin")
+        gen.EDIT = None
+        if gen.safe(res["margins"], "topk_margin") and gen.safe(plain["margins"], "topk_margin") and \
+                (res["rows"][0]["sequence"] != plain["rows"][0]["sequence"]).any():
+            return prompt, res["rows"][0]["sequence"][len(prompt):], plain["rows"][0]["sequence"][len(prompt):], res["margins"]
+    raise SystemExit("no steered diffusion clear of ties")
+
+
 def write(g, name, a):
     g.create_dataset(name, data=np.asarray(a), compression="gzip", shuffle=True)
 
@@ -218,6 +243,9 @@ def make_file(sonde, name, mm_args, out_dir):
         subprocess.run([sonde, "make-model", *mm_args, "--out", model], check=True, capture_output=True)
         cfg, weights = ref.load_model(model)
         model_sha = sha256(os.path.join(model, "model.safetensors"))
+        if not cfg.causal:
+            v32 = torch.from_numpy(np.random.RandomState(7).randn(cfg.H).astype(np.float32).astype(np.float64))
+            diff = steered_diffusion(model, cfg, v32, 20.0, {1, 2}, 8, 4)
     rng = np.random.RandomState(7)
     H = cfg.H
     inputs64 = {"v": rng.randn(H), "m": rng.randn(H) * 0.5, "d": rng.randn(H)}
@@ -275,6 +303,16 @@ def make_file(sonde, name, mm_args, out_dir):
                 write(g, f"{tag}_losses", np.array(losses))
                 per = [-(losses[k] + losses[k + 1]) / 2 for k in range(0, len(losses), 2)] if coupled else [-l for l in losses]
                 write(g, f"{tag}_estimate", np.array([np.mean(per), np.std(per, ddof=1) / np.sqrt(len(per))]))
+        if not cfg.causal:
+            prompt_d, toks, plain_toks, margins = diff
+            g = f.create_group("diffusion_steered")
+            f.attrs["diff_prompt"] = json.dumps(prompt_d)
+            f.attrs["diff_edit"] = json.dumps({"hook": "blocks.0.hook_resid_post", "op": "add", "vector": "@/inputs/v",
+                                               "scale": 20.0, "positions": "generated", "steps": "1-2"})
+            f.attrs["diff_settings"] = json.dumps(["--max-new-tokens", "8", "--steps", "4", "--alg", "topk_margin"])
+            g.attrs["margins"] = json.dumps({k: (x if np.isfinite(x) else None) for k, x in margins.items()})
+            write(g, "tokens", np.array(toks, dtype=np.int64))
+            write(g, "unsteered_tokens", np.array(plain_toks, dtype=np.int64))
         f.attrs["cases"] = json.dumps(listed)
         f.attrs["case_edits"] = json.dumps(edits)
         if cfg.causal:
