@@ -139,7 +139,7 @@ TEST(EditGoldenGenerate, SteeredGreedyIsTokenExact) {
     const std::string prompt = ids_attr(f, "gen_prompt");
     const auto scale = read_string_attr(f, "gen_scale");
     for (const auto& b : built_backends()) {
-      const std::vector<std::string> base{"generate", "--model", model.string(), "--backend", b, "--ids", prompt,
+      const std::vector<std::string> base{"--model", model.string(), "--backend", b, "--ids", prompt,
                                           "--max-new-tokens", std::to_string(want.size()), "--json"};
       auto steered = base;
       steered.insert(steered.end(), {"--steer", read_string_attr(f, "gen_hook") + "=" + f.string() + ":/inputs/v*" + scale});
@@ -164,7 +164,7 @@ TEST(EditGoldenGenerate, DiffusionEditLimitedToStepsIsTokenExact) {
     const auto edits = dir / "e.json";
     std::ofstream(edits) << nlohmann::json{{"edits", {resolve_sources(nlohmann::json::parse(read_string_attr(f, "diff_edit")), f, "")}}}.dump();
     for (const auto& b : built_backends()) {
-      std::vector<std::string> base{"generate", "--model", model.string(), "--backend", b, "--ids", ids_attr(f, "diff_prompt"), "--json"};
+      std::vector<std::string> base{"--model", model.string(), "--backend", b, "--ids", ids_attr(f, "diff_prompt"), "--json"};
       for (const auto& a : nlohmann::json::parse(read_string_attr(f, "diff_settings"))) base.push_back(a.get<std::string>());
       auto steered = base;
       steered.insert(steered.end(), {"--edits", edits.string()});

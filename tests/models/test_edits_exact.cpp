@@ -114,7 +114,7 @@ TEST_P(EditsExact, ABatchOfMixedLengthsGivesEachPromptItsOwnEditedResult) {
   // Completions, and the captured blocks.1.hook_resid_post rows of each prompt.
   const auto gen = [&](std::vector<std::string> ids, bool edited) {
     const auto out = dir_ / ("g" + std::to_string(++runs) + ".h5");
-    std::vector<std::string> args{"generate", "--model", model_.string(), "--backend", GetParam(), "--max-new-tokens", "6",
+    std::vector<std::string> args{"--model", model_.string(), "--backend", GetParam(), "--max-new-tokens", "6",
                                   "--json", "--hooks", "blocks.1.hook_resid_post", "--out", out.string()};
     for (const auto& i : ids) args.insert(args.end(), {"--ids", i});
     if (edited) args.insert(args.end(), {"--edits", e.string()});
@@ -144,7 +144,7 @@ TEST_P(EditsExact, ABatchOfMixedLengthsGivesEachPromptItsOwnEditedResult) {
 
 TEST_P(EditsExact, SelfPatchOfAGenerationKeepsItsTokens) {
   const auto src = dir_ / "gen.h5";
-  const std::vector<std::string> base{"generate", "--model", model_.string(), "--backend", GetParam(), "--max-new-tokens", "6",
+  const std::vector<std::string> base{"--model", model_.string(), "--backend", GetParam(), "--max-new-tokens", "6",
                                       "--json", "--ids", "5,17,301,44", "--ids", "88,7"};
   auto capture = base;
   capture.insert(capture.end(), {"--hooks", "blocks.0.hook_resid_post,blocks.1.hook_resid_post", "--out", src.string()});
@@ -157,7 +157,7 @@ TEST_P(EditsExact, SelfPatchOfAGenerationKeepsItsTokens) {
   EXPECT_TRUE(same_bits(read_dataset(out, "acts/blocks.1.hook_resid_post"), read_dataset(src, "acts/blocks.1.hook_resid_post")));
   // A patch from another prompt's rows does change them (the patch is really applied).
   auto other = dir_ / "other.h5";
-  auto other_run = std::vector<std::string>{"generate", "--model", model_.string(), "--backend", GetParam(), "--max-new-tokens", "6",
+  auto other_run = std::vector<std::string>{"--model", model_.string(), "--backend", GetParam(), "--max-new-tokens", "6",
                                             "--json", "--ids", "1900,1200,3,3", "--ids", "1,1", "--hooks", "blocks.0.hook_resid_post",
                                             "--out", other.string()};
   completions(other_run);
@@ -199,7 +199,7 @@ TEST(EditsExactDiffusion, StepsBeforeAnEditsFirstStepAreUntouched) {
   std::ofstream(e) << nlohmann::json{{"edits", {{{"hook", "blocks.0.hook_resid_post"}, {"op", "add"}, {"scale", 30},
                                                  {"vector", golden("edits-tiny-dream-f32").string() + ":/inputs/v"},
                                                  {"steps", "3-5"}, {"positions", "generated"}}}}}.dump();
-  const std::vector<std::string> base{"generate", "--model", model.string(), "--ids", "5,17,301", "--max-new-tokens", "8",
+  const std::vector<std::string> base{"--model", model.string(), "--ids", "5,17,301", "--max-new-tokens", "8",
                                       "--steps", "8", "--json", "--history"};
   auto edited = base;
   edited.insert(edited.end(), {"--edits", e.string()});

@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <algorithm>
+#include <fstream>
 #include <sstream>
 
 #include "h5_read.h"
@@ -18,6 +20,13 @@ namespace sonde::test {
 namespace {
 
 namespace fs = std::filesystem;
+
+std::string read_text_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 TEST(Lens, MatchesTheFloat64ReferenceOnEveryBackend) {
   int files = 0;
@@ -65,6 +74,54 @@ TEST(Lens, MatchesTheFloat64ReferenceOnEveryBackend) {
     }
   }
   EXPECT_EQ(files, 4);
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// lens --diffusion: step s's lens is the lens of a forward over the canvas step s read (the prompt
+// and masks at step 0, then the canvas after step s - 1 from generate --history), to the bit.
+TEST(Lens, EachDenoisingStepIsTheLensOfTheCanvasItRead) {
+  const fs::path golden = data_dir() / "edits-tiny-dream-f32.h5";
+  const auto dir = temp_dir();
+  std::vector<std::string> mm{"make-model"};
+  for (const auto& a : nlohmann::json::parse(read_string_attr(golden, "edits_make_model_args"))) mm.push_back(a.get<std::string>());
+  mm.insert(mm.end(), {"--out", (dir / "m").string()});
+  ASSERT_EQ(run_sonde(mm).exit_code, 0);
+  const std::string m = (dir / "m").string(), prompt = "5,17,301";
+  const std::vector<std::string> gen{"--max-new-tokens", "4", "--steps", "3", "--alg", "topk_margin"};
+  auto lens_args = std::vector<std::string>{"lens", "--model", m, "--ids", prompt, "--diffusion", "--json", "--top-k", "3"};
+  lens_args.insert(lens_args.end(), gen.begin(), gen.end());
+  const auto r = run_sonde(lens_args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto cells = json_lines(r.output);
+  auto gen_args = std::vector<std::string>{"--model", m, "--ids", prompt, "--history", "--json"};
+  gen_args.insert(gen_args.end(), gen.begin(), gen.end());
+  const auto history = generate_json(gen_args).at(0)["history"];
+  ASSERT_EQ(history.size(), 3u);
+  const std::int64_t mask = nlohmann::json::parse(read_text_file(dir / "m" / "config.json"))["mask_token_id"];
+  std::vector<std::int64_t> canvas{5, 17, 301, mask, mask, mask, mask};
+  std::size_t seen = 0;
+  for (int step = 0; step < 3; ++step) {
+    if (step > 0) canvas = history[step - 1].get<std::vector<std::int64_t>>();
+    const auto plain = run_sonde({"lens", "--model", m, "--ids", join_ids(canvas), "--json", "--top-k", "3"});
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    for (const auto& want : json_lines(plain.output)) {
+      const auto it = std::find_if(cells.begin(), cells.end(), [&](const nlohmann::json& c) {
+        return c["step"] == step && c["layer"] == want["layer"] && c["pos"] == want["pos"];
+      });
+      ASSERT_NE(it, cells.end()) << "step " << step << " " << want.dump();
+      EXPECT_EQ((*it)["top_ids"], want["top_ids"]) << "step " << step;
+      EXPECT_EQ((*it)["top_probs"], want["top_probs"]) << "step " << step;
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, cells.size());
 }
 
 }  // namespace

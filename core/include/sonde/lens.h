@@ -2,6 +2,7 @@
 // The logit lens: the model's own final norm and unembedding (ModelInfo::final_norm_weight,
 // head_weight) applied to every layer's hook_resid_post, at every position of one sequence. No
 // training: what each layer's residual stream would predict if the network stopped there.
+#include <sonde/decode.h>
 #include <sonde/session.h>
 
 #include <cstdint>
@@ -29,5 +30,16 @@ struct LensResult {
 
 // One forward over `ids`, then the lens (on the session's backend). BadInput for top_k < 1.
 LensResult logit_lens(Session& s, const std::vector<std::int32_t>& ids, std::int64_t top_k);
+
+// A masked-diffusion generation of `prompt` (one row), the lens at every denoising step over the
+// whole canvas as that step's forward saw it; the "next token" of slot p is the final
+// sequence's token at p + 1. LensResult::logits stays empty.
+struct DiffusionLens {
+  std::vector<std::int64_t> steps;
+  std::vector<LensResult> per_step;
+  std::vector<std::int32_t> sequence;  // prompt + completion
+};
+DiffusionLens logit_lens_diffusion(Session& s, const std::vector<std::int32_t>& prompt, const DiffusionOptions& d,
+                                   std::int64_t top_k);
 
 }  // namespace sonde
