@@ -27,13 +27,14 @@ void check(const Session& s, const std::vector<std::int32_t>& prompt, const std:
 
 }  // namespace
 
-ArScore score_autoregressive(Session& s, const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& completion) {
+ArScore score_autoregressive(Session& s, const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& completion,
+                             const std::set<std::string>& taps, const Executor::Tap& tap) {
   check(s, prompt, completion);
   ForwardInput in;
   in.ids = prompt;
   in.ids.insert(in.ids.end(), completion.begin(), completion.end());
   in.tokens = static_cast<std::int64_t>(in.ids.size());
-  const Tensor logits = s.forward(in, true, {}, {});
+  const Tensor logits = s.forward(in, true, taps, tap);
   const std::int64_t V = s.config().vocab_size, P = static_cast<std::int64_t>(prompt.size());
   ArScore r;
   for (std::size_t j = 0; j < completion.size(); ++j)  // the logits at slot i predict slot i + 1

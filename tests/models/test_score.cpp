@@ -121,5 +121,35 @@ TEST(Score, CoupledPairsSpreadLessThanPlainSamples) {
   EXPECT_LT(coupled, plain) << "coupled " << coupled << " vs plain " << plain;
 }
 
+// --hooks/--out while scoring (autoregressive): each line's rows are those of a forward over its
+// prompt + completion, bit for bit, marked prompt then generated.
+TEST(Score, CapturesHooksOverPromptAndCompletion) {
+  const auto dir = temp_dir();
+  const auto model = make(data_dir() / "edits-tiny-qwen2-f32.h5", dir);
+  std::ofstream(dir / "in.jsonl") << R"({"id": "a", "ids": [5, 17, 301], "completion_ids": [44, 9]})" << "\n"
+                                  << R"({"id": "b", "ids": [7, 8], "completion_ids": [1020]})" << "\n";
+  const auto acts = dir / "acts.h5";
+  const auto r = run_sonde({"score", "--model", model.string(), "--input", (dir / "in.jsonl").string(), "--output",
+                            (dir / "out.jsonl").string(), "--hooks", "blocks.1.hook_resid_post", "--out", acts.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Array got = read_dataset(acts, "acts/blocks.1.hook_resid_post");
+  EXPECT_EQ(as_ints(read_dataset(acts, "rows/kind")), (std::vector<std::int64_t>{0, 0, 0, 1, 1, 0, 0, 1}));
+  std::size_t at = 0;
+  for (const char* ids : {"5,17,301,44,9", "7,8,1020"}) {
+    const auto f = dir / "f.h5";
+    ASSERT_EQ(run_sonde({"forward", "--model", model.string(), "--ids", ids, "--hooks", "blocks.1.hook_resid_post", "--out",
+                         f.string(), "--overwrite"}).exit_code, 0);
+    const Array want = read_dataset(f, "acts/blocks.1.hook_resid_post");
+    ASSERT_TRUE(std::equal(want.values.begin(), want.values.end(), got.values.begin() + static_cast<std::ptrdiff_t>(at))) << ids;
+    at += want.values.size();
+  }
+  EXPECT_EQ(at, got.values.size());
+  const auto dream = make(data_dir() / "edits-tiny-dream-f32.h5", temp_dir());
+  const auto refused = run_sonde({"score", "--model", dream.string(), "--input", (dir / "in.jsonl").string(), "--output",
+                                  (dir / "d.jsonl").string(), "--hooks", "blocks.1.hook_resid_post", "--out", (dir / "d.h5").string()});
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_FALSE(fs::exists(dir / "d.jsonl"));
+}
+
 }  // namespace
 }  // namespace sonde::test

@@ -23,8 +23,10 @@ struct ArScore {
   double logprob = 0, mean_logprob = 0, perplexity = 0;
 };
 
-// BadInput for an empty prompt or completion.
-ArScore score_autoregressive(Session& s, const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& completion);
+// BadInput for an empty prompt or completion. Hooks named in `taps` go to `tap` as [1, T, *row]
+// for the whole sequence (prompt + completion).
+ArScore score_autoregressive(Session& s, const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& completion,
+                             const std::set<std::string>& taps = {}, const Executor::Tap& tap = {});
 
 struct DiffusionScoreOptions {
   std::int64_t samples = 32;  // forward passes (coupled: pairs of two, so an even number)
