@@ -22,6 +22,11 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
                    {"batch_size", o.batch_size},
                    {"defaults", o.defaults.to_json()},
                    {"capture", o.capture.to_json()}};
+  if (!o.edits.empty()) {
+    nlohmann::json edits = nlohmann::json::array();
+    for (const auto& e : o.edits) edits.push_back(e.to_json());
+    j["edits"] = edits;
+  }
   if (!o.dataset_path.empty()) {
     j["input_sha256"] = sha256_file(o.dataset_path);
   } else {  // a one-shot file is the only record of what it ran
@@ -32,7 +37,8 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
   return j;
 }
 
-RunMetadata run_metadata(const RunModel& s, const std::string& run_config_json, const std::string& storage_dtype) {
+RunMetadata run_metadata(const RunModel& s, const nlohmann::json& run_config, const std::string& storage_dtype) {
+  const std::string run_config_json = run_config.dump();
   RunMetadata m;
   const auto dir = s.model_dir();
   std::string tokenizer_sha;
@@ -53,6 +59,7 @@ RunMetadata run_metadata(const RunModel& s, const std::string& run_config_json, 
                {"storage_dtype", storage_dtype},
                {"weight_processing", "none"}};
   m.ints = {{"prediction_shift", s.info().prediction_shift}, {"rank", 0}, {"world_size", 1}};
+  if (run_config.contains("edits")) m.strings["edits_json"] = run_config["edits"].dump();
   return m;
 }
 

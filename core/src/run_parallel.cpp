@@ -85,6 +85,11 @@ fs::path results_parts_dir(const std::string& results) { return results + ".part
 // and a resume must find the parts of a job with as many model copies as this one.
 void check_part_places(const RunOptions& o, int replicas) {
   for (const auto& s : o.sinks)
+    if (!(s.sink ? s.sink : PluginRegistry::instance().sink(s.name))->joins())
+      bad_input("{}: the {} sink cannot join the parts of a data-parallel run ({} model copies); run it in one "
+                "process, or without this output",
+                s.path, s.name, replicas);
+  for (const auto& s : o.sinks)
     if (!s.path.empty() && fs::exists(s.path) && !fs::is_directory(s.path))
       bad_input("{} is a file, but a data-parallel run ({} model copies) writes a directory of rank-<r>.h5 files "
                 "there: give a directory",
@@ -197,7 +202,7 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
               job.tensor_parallel);
   nlohmann::json config = run_config(s, o, prepared);
   config["data_parallel"] = replicas;
-  const std::string config_json = config.dump();
+  const std::string config_json = config.dump();  // what every rank must agree on
   check_same_run(world, config_json);
   agree_error(world, job.rank == 0 ? error_of([&] { check_part_places(o, replicas); }) : "");
 
@@ -218,7 +223,7 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
     mine.results_path.clear();
     mine.sinks.clear();
   }
-  RunMetadata meta = run_metadata(s, config_json, o.capture.storage);
+  RunMetadata meta = run_metadata(s, config, o.capture.storage);
   meta.ints["rank"] = replica;
   meta.ints["world_size"] = replicas;
 
@@ -258,7 +263,7 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
   if (job.rank == 0) {
     join_error = error_of([&] {
       join_results(o.results_path, replicas, static_cast<std::int64_t>(prepared.size()));
-      RunMetadata joined = run_metadata(s, config_json, o.capture.storage);
+      RunMetadata joined = run_metadata(s, config, o.capture.storage);
       joined.ints["world_size"] = replicas;
       for (const auto& want : o.sinks) {
         std::vector<std::string> parts;

@@ -76,6 +76,7 @@ class MockSink : public Sink {
   MOCK_METHOD(void, flush, (), (override));
   MOCK_METHOD(void, close, (), (override));
   MOCK_METHOD(void, join, (const std::vector<std::string>&, const std::string&, const RunMetadata&), (override));
+  MOCK_METHOD(bool, joins, (), (const, override));
 };
 
 // A whole file's bytes ("" when it cannot be read).

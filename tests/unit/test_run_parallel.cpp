@@ -219,6 +219,7 @@ TEST(RunDataParallel, EachCopyWritesItsRankFileAndRankZeroJoinsThem) {
       return CommitMark{};
     });
     ON_CALL(*sink, wants(_)).WillByDefault(Return(true));
+    ON_CALL(*sink, joins()).WillByDefault(Return(true));
     ON_CALL(*sink, join(_, _, _)).WillByDefault([&](const std::vector<std::string>& parts, const std::string& path, const RunMetadata&) {
       std::lock_guard lock(mu);
       joined_parts.push_back(parts);
@@ -246,10 +247,32 @@ TEST(RunDataParallel, ASinkPathThatIsAFileIsRefused) {
     RunOptions o = options(dir / "dp.jsonl");
     o.job = &g;
     o.capture.hooks = "blocks.0.hook_resid_post";
-    o.sinks = {SinkSpec{"mock", (dir / "acts.h5").string(), false, std::make_shared<NiceMock<MockSink>>()}};
+    auto sink = std::make_shared<NiceMock<MockSink>>();
+    ON_CALL(*sink, joins()).WillByDefault(Return(true));
+    o.sinks = {SinkSpec{"mock", (dir / "acts.h5").string(), false, sink}};
     run(m, requests(), o);
   });
   for (const auto& e : errors) EXPECT_THAT(e, HasSubstr("acts.h5 is a file, but a data-parallel run (2 model copies)"));
+}
+
+TEST(RunDataParallel, ASinkThatCannotJoinIsRefusedBeforeTheRun) {
+  const fs::path dir = temp_dir();
+  std::atomic<int> forwards{0};
+  const auto errors = run_ranks(2, [&](ProcessGroup& g) {
+    FakeModel m;
+    RunOptions o = options(dir / "dp.jsonl");
+    o.job = &g;
+    o.capture.hooks = "blocks.0.hook_resid_post";
+    o.sinks = {SinkSpec{"mock", (dir / "stats").string(), false, std::make_shared<NiceMock<MockSink>>()}};
+    try {
+      run(m, requests(), o);
+    } catch (...) {
+      forwards += static_cast<int>(m.lm_.batch_sizes.size());
+      throw;
+    }
+  });
+  for (const auto& e : errors) EXPECT_THAT(e, HasSubstr("the mock sink cannot join the parts of a data-parallel run"));
+  EXPECT_EQ(forwards, 0);
 }
 
 }  // namespace

@@ -100,6 +100,7 @@ class Sink : public Plugin {
   // `path` into one file that reads as if one process had written every prompt, without copying
   // the activations (HDF5: virtual datasets with relative paths). The default refuses.
   virtual void join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata& meta);
+  virtual bool joins() const { return false; }  // whether join() is implemented
 };
 
 }  // namespace sonde
