@@ -14,7 +14,7 @@
 #include <sonde/registry.h>
 #include <sonde/tensor.h>
 
-#include "stream_read.h"
+#include <sonde/host/stream_read.h>
 
 #include <cblas.h>
 #include <immintrin.h>
@@ -101,11 +101,11 @@ double measure_bandwidth(int threads) {
   constexpr std::size_t kBytes = std::size_t{1} << 30, kWords = kBytes / sizeof(std::uint64_t);
   const std::unique_ptr<std::uint64_t[]> buf(new std::uint64_t[kWords]);  // not zeroed: written next
   for (std::size_t i = 0; i < kWords; ++i) buf[i] = i;  // touch every page
-  const sonde::cli::ByteRange all{buf.get(), kBytes};
+  const sonde::host::ByteRange all{buf.get(), kBytes};
   double best = 1e30;
   for (int r = 0; r < 10; ++r) {
     std::uint64_t check = 0;
-    best = std::min(best, sonde::cli::stream_read({&all, 1}, threads, &check, r % 2 ? 4 : 1));
+    best = std::min(best, sonde::host::stream_read({&all, 1}, threads, &check, r % 2 ? 4 : 1));
     if (check != static_cast<std::uint64_t>(kWords) * (kWords - 1) / 2) sonde::runtime_error("bandwidth: wrong sum {}", check);
   }
   return static_cast<double>(kBytes) / best / 1e9;

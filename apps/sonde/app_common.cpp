@@ -8,6 +8,9 @@
 #include <sstream>
 
 namespace sonde::cli {
+namespace {
+ProcessGroup* g_job = nullptr;
+}  // namespace
 
 void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model) {
   if (with_model)
@@ -19,6 +22,11 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
       ("weights", po::value(&o.weights)->default_value("native"),
        "Linear weights: native (as stored) or q8 (int8 blocks, threaded backend; others ignore it)")
       ("plugin-dir", po::value(&o.plugin_dir), "look for plugins here first")
+      ("tensor-parallel", po::value(&o.tensor_parallel)->default_value(0),
+       "--backend sharded under mpiexec: ranks per model copy (0: every rank for forward, generate and bench; 1 "
+       "for batch, whose copies split the prompts)")
+      ("shard-backend", po::value(&o.shard_backend)->default_value("threaded"),
+       "--backend sharded: the backend each rank runs its share on")
       ("log-level", po::value(&o.log_level)->default_value("warn"), "trace, debug, info, warn, error, off")
       ("config", po::value(&o.config_file), "read options from this file (key = value lines)");
 }
@@ -50,8 +58,14 @@ std::unique_ptr<Session> open_session(const CommonOptions& o) {
   init_logging(o.log_level);
   if (o.threads < 0) bad_input("--threads: {} is negative", o.threads);
   if (o.weights != "native" && o.weights != "q8") bad_input("--weights: '{}' is not native or q8", o.weights);
-  return Session::open(SessionOptions{o.model, o.backend, o.threads, o.plugin_dir, o.weights});
+  if (o.tensor_parallel < 0) bad_input("--tensor-parallel: {} is negative", o.tensor_parallel);
+  auto s = Session::open(
+      SessionOptions{o.model, o.backend, o.threads, o.plugin_dir, o.weights, o.shard_backend, o.tensor_parallel});
+  g_job = s->backend().process_group();
+  return s;
 }
+
+ProcessGroup* current_job() { return g_job; }
 
 std::vector<std::int32_t> parse_id_list(const std::string& text, const std::string& option) {
   std::vector<std::int32_t> ids;

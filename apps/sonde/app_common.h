@@ -17,7 +17,13 @@ struct CommonOptions {
   std::string model, backend, plugin_dir, log_level = "warn", config_file;
   int threads = 0;
   std::string weights = "native";
+  std::string shard_backend = "threaded";  // --backend sharded: the local backend of each rank
+  int tensor_parallel = 0;                 // ranks per model copy; 0: the command's default
 };
+
+// The job this process is a rank of (set when a session opens on a multi-process backend): an
+// error on one rank ends the whole job through it (main.cpp), so no rank waits forever.
+ProcessGroup* current_job();
 
 // Adds --model (when with_model), --backend, --threads, --plugin-dir, --log-level, --config.
 void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model = true);

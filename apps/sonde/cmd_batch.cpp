@@ -71,8 +71,12 @@ void check_outputs(const BatchOptions& o) {
   }
 }
 
-int run_batch(const BatchOptions& o) {
+int run_batch(BatchOptions o) {
+  if (o.common.tensor_parallel == 0) o.common.tensor_parallel = 1;  // model copies split the prompts
   auto session = open_session(o.common);
+  ProcessGroup* job = current_job();
+  const bool parallel = job && job->size() / o.common.tensor_parallel > 1;
+  const bool shows = !job || job->rank() == 0;  // one progress display for the whole job
   Dataset data;
   try {
     data = read_dataset(o.input, o.skip_bad);
@@ -103,24 +107,43 @@ int run_batch(const BatchOptions& o) {
   ro.keep_results = false;
 
   std::optional<BatchProgress> progress;
-  const auto note = [&](const std::string& line) { (progress ? *progress : BatchProgress(0, 0)).note(line); };
+  const auto note = [&](const std::string& line) {
+    if (shows) (progress ? *progress : BatchProgress(0, 0)).note(line);
+  };
   for (const auto& why : data.skipped) note(fmt::format("skipped {} {}", o.input, why));
   ro.on_note = note;
+  RunTotals job_totals;  // several copies: the whole job's, as rank 0 last saw them
   ro.on_progress = [&](const RunProgress& p) {
+    if (!shows) return;
     if (!progress) progress.emplace(p.total, p.committed);
     if (p.totals.prompts > 0) progress->update(p.totals);
+    job_totals = p.totals;
   };
   catch_sigint();
   const RunResult res = run(*session, data.requests, ro);
   if (res.cancelled) {
     const auto committed = res.committed_before + res.totals.prompts;
-    note(fmt::format("interrupted: {} of {} prompts committed; continue with --resume", committed,
-                     static_cast<std::int64_t>(data.requests.size() - res.skipped.size())));
+    if (parallel)
+      note(fmt::format("interrupted: every model copy stopped at a checkpoint (rank 0: {} of its prompts committed); "
+                       "continue with --resume and the same mpiexec -n",
+                       committed));
+    else
+      note(fmt::format("interrupted: {} of {} prompts committed; continue with --resume", committed,
+                       static_cast<std::int64_t>(data.requests.size() - res.skipped.size())));
     return 128 + g_signal.load();  // 130 for Ctrl-C, as a shell reports a signal
   }
+  if (!shows) return 0;
   if (!progress) progress.emplace(0, res.committed_before);
-  const auto bytes = o.acts.empty() ? 0 : std::filesystem::file_size(o.acts);
-  progress->summary(res.totals, bytes, o.acts);
+  std::uintmax_t bytes = 0;
+  std::string acts = o.acts;
+  if (!o.acts.empty() && parallel) {  // a directory of rank files joined by run.h5
+    for (const auto& e : std::filesystem::directory_iterator(o.acts))
+      if (e.path().filename().string().rfind("rank-", 0) == 0) bytes += e.file_size();
+    acts = (std::filesystem::path(o.acts) / "run.h5").string();
+  } else if (!o.acts.empty()) {
+    bytes = std::filesystem::file_size(o.acts);
+  }
+  progress->summary(parallel ? job_totals : res.totals, bytes, acts);
   return 0;
 }
 
@@ -133,7 +156,9 @@ int cmd_batch(const Args& args) {
   desc.add_options()
       ("input", po::value(&o.input)->required(), "JSONL: {\"id\", \"prompt\" | \"messages\" | \"ids\", options...} per line")
       ("output", po::value(&o.output)->required(), "results JSONL: id, completion, token counts, finish_reason")
-      ("acts", po::value(&o.acts), "HDF5 file for the activations selected with --hooks")
+      ("acts", po::value(&o.acts),
+       "HDF5 file for the activations selected with --hooks (under mpiexec with several model copies: a "
+       "directory of rank-<r>.h5 files and run.h5, which joins them)")
       ("stats", po::value(&o.stats), "running statistics of the --hooks rows (HDF5; resumable with --resume)")
       ("batch-size", po::value(&o.batch_size)->default_value(8), "prompts per micro-batch")
       ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(64), "commit every K prompts")

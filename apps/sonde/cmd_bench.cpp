@@ -3,7 +3,8 @@
 // --repeat times; "seconds" is the best run and "median_seconds" the median.
 #include "app_common.h"
 #include "commands.h"
-#include "stream_read.h"
+#include <sonde/host/cpu.h>
+#include <sonde/host/stream_read.h>
 
 #include <sonde/decode.h>
 #include <sonde/error.h>
@@ -19,6 +20,9 @@
 
 namespace sonde::cli {
 namespace {
+
+using host::ByteRange;
+using host::fastest_read;
 
 using Clock = std::chrono::steady_clock;
 
@@ -184,18 +188,6 @@ std::vector<ByteRange> decode_weight_ranges(Session& s) {
   return ranges;
 }
 
-// The widest vector ISA of this machine (what a run-time dispatching backend can use).
-std::string isa() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return "avx512";
-  if (__builtin_cpu_supports("avx2")) return "avx2";
-  return "x86-64";
-#else
-  return "other";
-#endif
-}
-
 // read_bytes: what the decode bound's streaming read covers (0 when there is no bound).
 nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<RunTime> runs, std::uint64_t read_bytes) {
   std::sort(runs.begin(), runs.end(), [](const RunTime& a, const RunTime& b) { return a.seconds < b.seconds; });
@@ -217,7 +209,7 @@ nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<Run
   j["weights"] = o.common.weights;
   j["weight_bytes"] = s.weights().total_bytes();
   j["backend_weight_bytes"] = backend_weight_bytes(s);
-  j["isa"] = isa();
+  j["isa"] = host::widest_isa();
   if (runs.front().read_seconds > 0) {
     // fraction = (time to stream the step's weights once) / (time per generated token)
     const auto fraction = [&](const RunTime& r) { return r.read_seconds * static_cast<double>(o.tokens) / r.seconds; };

@@ -1,14 +1,19 @@
 // sonde <command> [options]. Errors become one line on stderr and exit code 2 (bad usage or bad
 // input) or 1 (runtime failure), per design §6.
+#include "app_common.h"
 #include "commands.h"
 
 #include <sonde/error.h>
 
 #include <boost/program_options/errors.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <iostream>
+#include <thread>
+
+#include <fmt/format.h>
 
 namespace {
 
@@ -41,6 +46,16 @@ void usage(std::ostream& os) {
 
 }  // namespace
 
+// One rank failed: the job ends as a whole. An error every rank meets (bad options) is printed
+// once, by rank 0, which ends the job; another rank waits a moment for that before it prints
+// its own error (one only it met) and ends the job itself.
+[[noreturn]] static void end_job(sonde::ProcessGroup& job, const std::string& cmd, const std::string& what, int code) {
+  if (job.rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::cerr << "sonde " << cmd << ": error: " << (job.rank() ? fmt::format("rank {}: ", job.rank()) : "") << what << "\n";
+  std::cerr.flush();
+  job.abort(code);
+}
+
 int main(int argc, char** argv) {
   // Past a file-size limit (ulimit -f) a write then fails with EFBIG, which the writer reports
   // naming the file, instead of the signal killing the program without a word.
@@ -63,12 +78,14 @@ int main(int argc, char** argv) {
     try {
       return c.run(sonde::cli::Args(argv + 2, argv + argc));
     } catch (const sonde::Error& e) {
+      if (auto* job = sonde::cli::current_job(); job && job->size() > 1) end_job(*job, cmd, e.what(), e.exit_code());
       std::cerr << "sonde " << cmd << ": error: " << e.what() << "\n";
       return e.exit_code();
     } catch (const boost::program_options::error& e) {
       std::cerr << "sonde " << cmd << ": error: " << e.what() << " (see sonde " << cmd << " --help)\n";
       return 2;
     } catch (const std::exception& e) {
+      if (auto* job = sonde::cli::current_job(); job && job->size() > 1) end_job(*job, cmd, e.what(), 1);
       std::cerr << "sonde " << cmd << ": error: " << e.what() << "\n";
       return 1;
     }

@@ -1,7 +1,7 @@
 #pragma once
 // cpu-blas kernels: f32 in, f32 out. Inputs are dense and their dtypes already checked by the
 // backend (supports()); shapes are validated here through op_checks.h.
-#include "op_checks.h"
+#include <sonde/op_checks.h>
 
 #include <limits>
 

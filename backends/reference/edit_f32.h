@@ -2,7 +2,7 @@
 // The edit ops (graph.h EditAffine / EditReplace / EditProject) on f32 inputs, for the fast CPU
 // backends (header-only, like op_checks.h). Edits touch one [B,T,*row] tensor once, so a plain
 // loop is enough; the dot product of EditProject is accumulated in double, as the reference does.
-#include "op_checks.h"
+#include <sonde/op_checks.h>
 
 #include <cstring>
 

@@ -1,7 +1,7 @@
 #pragma once
-// Reference kernels: one function per op, inputs dense and already validated by op_checks.h.
+// Reference kernels: one function per op, inputs dense and already validated by <sonde/op_checks.h>.
 // Float inputs of any width are read as double (load_as_double); results are rounded to f32.
-#include "op_checks.h"
+#include <sonde/op_checks.h>
 
 namespace sonde::reference {
 

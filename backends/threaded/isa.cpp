@@ -1,28 +1,17 @@
 #include "isa.h"
 
 #include <sonde/error.h>
+#include <sonde/host/cpu.h>
 
 namespace sonde::threaded {
 
-namespace {
-// The AVX-512 TU is built with -mavx512f/bw/vl/vnni and -mfma; the AVX2 TU with -mavx2/-mfma/-mf16c.
-bool has_avx512() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
-}
-bool has_avx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
-}  // namespace
-
+// The AVX-512 TU is built with -mavx512f/bw/vl/vnni and -mfma, the AVX2 TU with -mavx2/-mfma/-mf16c:
+// sonde::host::widest_isa() asks for exactly those.
 std::vector<std::string> available_isas() {
-  std::vector<std::string> out;
-  if (has_avx512()) out.push_back("avx512");
-  if (has_avx2()) out.push_back("avx2");
-  out.push_back("scalar");
-  return out;
+  const std::string widest = host::widest_isa();
+  if (widest == "avx512") return {"avx512", "avx2", "scalar"};
+  if (widest == "avx2") return {"avx2", "scalar"};
+  return {"scalar"};
 }
 
 const Kernels& select_kernels(const std::string& request) {

@@ -4,7 +4,7 @@
 // f32 (the backend widens others first); Linear weights and the embedding table may be
 // f32/f16/bf16 views used in place.
 #include "kernels.h"
-#include "op_checks.h"
+#include <sonde/op_checks.h>
 #include "q8.h"
 #include "thread_pool.h"
 

@@ -1,6 +1,7 @@
 #include <sonde/backend.h>
 #include <sonde/error.h>
 #include <sonde/plugin.h>
+#include <sonde/sink.h>
 
 namespace sonde {
 
@@ -9,5 +10,9 @@ Error::Error(ErrorKind kind, const std::string& message) : std::runtime_error(me
 Error::~Error() = default;
 Plugin::~Plugin() = default;
 ProcessGroup::~ProcessGroup() = default;
+
+void Sink::join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata&) {
+  runtime_error("this sink cannot join the {} parts of a data-parallel run into {}", parts.size(), path);
+}
 
 }  // namespace sonde

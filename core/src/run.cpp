@@ -156,6 +156,59 @@ void run_forward(RunModel& s, const PreparedRequest& p, const CaptureSpec& spec,
 
 }  // namespace
 
+namespace run_detail {
+
+void generate_all(RunModel& s, const std::vector<PreparedRequest>& list, const CaptureSpec& spec, const RunOptions& o,
+                  Outputs& out, RunResult& res, const std::function<bool(bool)>& agree) {
+  const auto note = [&](const std::string& m) {
+    if (o.on_note) o.on_note(m);
+  };
+  const auto total = static_cast<std::int64_t>(list.size());
+  const std::int64_t start = out.mark().prompts, rows_before = out.mark().rows;
+  if (start > total) runtime_error("resume: the run committed {} requests but is given {}", start, total);
+  res.committed_before = start;
+  if (start > 0) note(fmt::format("resuming after {} committed prompts", start));
+
+  DecodeForward& fwd = s.decoder();
+  auto last_checkpoint = Clock::now();
+  std::int64_t since_checkpoint = 0, next = start;
+  while (next < total) {
+    const auto batch = next_batch(list, static_cast<std::size_t>(next), o.batch_size);
+    Generated g = generate_batch(s, fwd, batch, spec, o);
+    for (std::size_t r = 0; r < batch.size(); ++r) {
+      const CapturedPrompt none;
+      const CapturedPrompt& cap = g.captured.empty() ? none : g.captured[r];
+      const auto line = result_line(g.results[r]);
+      out.write(cap, prompt_record(g.results[r]), &line);
+      res.totals.prompts += 1;
+      res.totals.prompt_tokens += static_cast<std::int64_t>(g.results[r].prompt_ids.size());
+      res.totals.completion_tokens += static_cast<std::int64_t>(g.results[r].completion.size());
+      res.totals.rows += static_cast<std::int64_t>(cap.rows.size());
+      if (o.keep_results) res.results.push_back(std::move(g.results[r]));
+    }
+    next += static_cast<std::int64_t>(batch.size());
+    since_checkpoint += static_cast<std::int64_t>(batch.size());
+    if (o.on_progress) o.on_progress(RunProgress{total, start, res.totals});
+    const bool cancelled = agree(o.cancel && o.cancel->load());
+    const bool due = since_checkpoint >= o.checkpoint_every ||
+                     Clock::now() - last_checkpoint >= std::chrono::duration<double>(o.checkpoint_seconds);
+    if (out.committed() && (due || cancelled)) {
+      out.checkpoint(next, rows_before + res.totals.rows);
+      since_checkpoint = 0;
+      last_checkpoint = Clock::now();
+    }
+    if (cancelled && next < total) {
+      res.cancelled = true;
+      out.abandon();  // not marked complete: a committed run resumes after its checkpoint
+      return;
+    }
+  }
+  if (out.committed()) out.checkpoint(next, rows_before + res.totals.rows);
+  out.close();
+}
+
+}  // namespace run_detail
+
 RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOptions& o) {
   o.capture.check();
   if (o.kind == RunKind::Forward && requests.size() != 1)
@@ -185,59 +238,22 @@ RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOption
       std::replace(h.row_shape.begin(), h.row_shape.end(), kKeysDim, static_cast<std::int64_t>(prepared[0].ids.size()));
   res.hooks = spec.hooks;
 
-  const auto config = run_config(s, o, prepared);
-  auto meta = run_metadata(s, config.dump(), o.capture.storage);
-  if (config.contains("edits")) meta.strings["edits_json"] = config["edits"].dump();
-  Outputs out(o, spec, meta, o.kind == RunKind::Generate && spec.record_steps);
+  const bool diffusion = o.kind == RunKind::Generate && spec.record_steps;
+  const JobLayout job = job_layout(o);
+  if (o.kind == RunKind::Generate && job.replicas() > 1) {
+    run_data_parallel(s, prepared, spec, o, job, diffusion, res);
+    return res;
+  }
+  const auto meta = run_metadata(s, run_config(s, o, prepared).dump(), o.capture.storage);
+  Outputs out(o, spec, meta, diffusion);
   if (o.kind == RunKind::Forward) {
     run_forward(s, prepared[0], spec, out, res);
     out.close();
     return res;
   }
-
-  const auto total = static_cast<std::int64_t>(prepared.size());
-  const std::int64_t start = out.mark().prompts, rows_before = out.mark().rows;
-  if (start > total) runtime_error("resume: the run committed {} requests but is given {}", start, total);
-  res.committed_before = start;
-  if (start > 0) note(fmt::format("resuming after {} committed prompts", start));
-
-  DecodeForward& fwd = s.decoder();
-  auto last_checkpoint = Clock::now();
-  std::int64_t since_checkpoint = 0, next = start;
-  while (next < total) {
-    const auto batch = next_batch(prepared, static_cast<std::size_t>(next), o.batch_size);
-    Generated g = generate_batch(s, fwd, batch, spec, o);
-    for (std::size_t r = 0; r < batch.size(); ++r) {
-      const CapturedPrompt none;
-      const CapturedPrompt& cap = g.captured.empty() ? none : g.captured[r];
-      const auto line = result_line(g.results[r]);
-      out.write(cap, prompt_record(g.results[r]), &line);
-      res.totals.prompts += 1;
-      res.totals.prompt_tokens += static_cast<std::int64_t>(g.results[r].prompt_ids.size());
-      res.totals.completion_tokens += static_cast<std::int64_t>(g.results[r].completion.size());
-      res.totals.rows += static_cast<std::int64_t>(cap.rows.size());
-      if (o.keep_results) res.results.push_back(std::move(g.results[r]));
-    }
-    next += static_cast<std::int64_t>(batch.size());
-    since_checkpoint += static_cast<std::int64_t>(batch.size());
-    if (o.on_progress) o.on_progress(RunProgress{total, start, res.totals});
-    const bool cancelled = o.cancel && o.cancel->load();
-    const bool due = since_checkpoint >= o.checkpoint_every ||
-                     Clock::now() - last_checkpoint >= std::chrono::duration<double>(o.checkpoint_seconds);
-    if (out.committed() && (due || cancelled)) {
-      out.checkpoint(next, rows_before + res.totals.rows);
-      since_checkpoint = 0;
-      last_checkpoint = Clock::now();
-    }
-    if (cancelled && next < total) {
-      res.cancelled = true;
-      out.abandon();  // not marked complete: a committed run resumes after its checkpoint
-      return res;
-    }
-  }
-  if (out.committed()) out.checkpoint(next, rows_before + res.totals.rows);
-  out.close();
+  generate_all(s, prepared, spec, o, out, res, [](bool c) { return c; });
   return res;
 }
+
 
 }  // namespace sonde

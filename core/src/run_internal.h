@@ -5,6 +5,7 @@
 #include <sonde/results_file.h>
 #include <sonde/run.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,20 @@ RunMetadata run_metadata(const RunModel& s, const std::string& run_config_json, 
 // run's life. Opening resumes after the common mark. A one-shot sink writes "<path>.partial",
 // renamed to its path by close(): a failed run leaves nothing at the path (nor replaces what
 // was there).
+class Outputs;
+
+// The requests of `list` from the outputs' mark on, in micro-batches, into `out` (committed at
+// checkpoints, closed at the end, abandoned when cancelled). `agree` turns this rank's cancel
+// flag into its model copy's, so that the ranks of one copy stop at the same micro-batch.
+void generate_all(RunModel& s, const std::vector<PreparedRequest>& list, const CaptureSpec& spec, const RunOptions& o,
+                  Outputs& out, RunResult& res, const std::function<bool(bool)>& agree);
+
+// run_parallel.cpp: the job's layout from the options (BadInput when tensor_parallel does not
+// divide the job), and a data-parallel committed run (RunOptions::job).
+JobLayout job_layout(const RunOptions& o);
+void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared, const CaptureSpec& spec,
+                       const RunOptions& o, const JobLayout& job, bool diffusion, RunResult& res);
+
 class Outputs {
  public:
   Outputs(const RunOptions& o, const CaptureSpec& spec, const RunMetadata& meta, bool diffusion);
@@ -52,6 +67,8 @@ class Outputs {
   Outputs(const Outputs&) = delete;
   Outputs& operator=(const Outputs&) = delete;
   const CommitMark& mark() const { return mark_; }
+  // A rank that writes nothing (not the first of its model copy) runs from its copy's mark.
+  void follow(const CommitMark& m) { mark_ = m; }
   bool committed() const { return results_ != nullptr; }
   // One prompt's capture to every sink (the hooks each wants), its result line to the results.
   void write(const CapturedPrompt& cap, const PromptRecord& rec, const nlohmann::json* line);

@@ -57,6 +57,9 @@ RunMetadata run_metadata(const RunModel& s, const std::string& run_config_json, 
                {"compute_dtype", "f32"},
                {"storage_dtype", storage_dtype},
                {"weight_processing", "none"}};
+  // The edits a run applied, on every output (run_config_json holds them too, with the rest).
+  if (const auto cfg = nlohmann::json::parse(run_config_json, nullptr, false); cfg.is_object() && cfg.contains("edits"))
+    m.strings["edits_json"] = cfg["edits"].dump();
   m.ints = {{"prediction_shift", s.info().prediction_shift}, {"rank", 0}, {"world_size", 1}};
   return m;
 }
@@ -86,6 +89,7 @@ void Outputs::open(const RunOptions& o, const CaptureSpec& spec, const RunMetada
     so.streaming = committed;
     so.resume = committed && o.resume && fs::exists(want.path);
     so.durable = o.durable;
+    so.resume_complete = o.resume_complete;
     so.diffusion = diffusion;
     if (!committed && !want.path.empty()) {
       if (fs::exists(want.path) && !want.overwrite)

@@ -54,7 +54,11 @@ class SessionModel final : public RunModel {
 
 RunResult run(Session& session, const std::vector<Request>& requests, const RunOptions& options) {
   SessionModel m(session);
-  return run(m, requests, options);
+  if (options.job || !session.backend().process_group()) return run(m, requests, options);
+  RunOptions o = options;
+  o.job = session.backend().process_group();
+  o.tensor_parallel = session.backend().info().tensor_parallel;
+  return run(m, requests, o);
 }
 
 CaptureSpec make_capture_spec(Session& s, const CaptureSettings& settings, bool per_sequence_ok) {

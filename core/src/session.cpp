@@ -31,7 +31,7 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
   s->weights_ = std::make_unique<WeightSource>(WeightSource::open(s->dir_));
 
   s->backend_ = registry.backend(o.backend);
-  s->backend_->init(BackendOptions{o.threads, o.weights});
+  s->backend_->init(BackendOptions{o.threads, o.weights, o.shard_backend, o.tensor_parallel});
   s->reference_ = s->backend_->info().name == "reference" ? s->backend_ : registry.backend("reference");
   s->reference_->init(BackendOptions{1});
   s->model_->load(*s->weights_, *s->backend_);

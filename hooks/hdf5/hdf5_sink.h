@@ -43,6 +43,7 @@ class Hdf5Sink final : public Sink, public ArrayReader {
   void checkpoint(const CommitMark& mark) override;
   void flush() override;
   void close() override;
+  void join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata& meta) override;  // join.cpp
 
   Tensor read(const std::string& file, const std::string& dataset) const override;
   bool has(const std::string& file, const std::string& dataset) const override;

@@ -153,7 +153,7 @@ void Hdf5Sink::check_resumable(const RunMetadata& meta) {
     bad_input("cannot resume {}: it is not a sonde file (no schema '{}')", path_, kSchema);
   if (!h5::has_link(file_, "progress"))
     bad_input("cannot resume {}: it was not written in streaming mode (it has no /progress)", path_);
-  if (h5::read_int_attr(file_, "complete") != 0)
+  if (!options_.resume_complete && h5::read_int_attr(file_, "complete") != 0)
     bad_input("cannot resume {}: the run that wrote it completed; there is nothing to resume", path_);
   const auto want = meta.strings.find("run_config_sha256");
   if (want == meta.strings.end()) bad_input("cannot resume {}: this run gives no run_config_sha256 to check", path_);

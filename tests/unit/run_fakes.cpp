@@ -3,6 +3,11 @@
 #include <sonde/error.h>
 #include <sonde/tokenizer.h>
 
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
 namespace sonde::test {
 
 Tensor FakeLm::forward(const StepInput& in) {
@@ -70,12 +75,19 @@ void FakeModel::use_tokenizer() {
   lm_.eos = 299;
 }
 
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 std::vector<Request> id_requests(const std::vector<std::vector<std::int32_t>>& prompts) {
   std::vector<Request> out;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     Request r;
-    r.id = "r" + std::to_string(i);
-    r.where = "request " + std::to_string(i);
+    r.id = fmt::format("r{}", i);
+    r.where = fmt::format("request {}", i);
     r.ids = prompts[i];
     out.push_back(std::move(r));
   }

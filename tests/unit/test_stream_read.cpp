@@ -1,8 +1,8 @@
-// The streaming read behind `sonde bench`'s decode bound (apps/sonde/stream_read.cpp): every
+// The streaming read behind `sonde bench`'s decode bound (core/host, sonde::host): every
 // byte of every range is read once, whatever the ranges' sizes and alignments and the thread
 // count. The checksum is computed here independently: the sum of each range's little-endian
 // 64-bit words, the last one zero-padded.
-#include "stream_read.h"
+#include <sonde/host/stream_read.h>
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 
 namespace {
 
-using sonde::cli::ByteRange;
+using sonde::host::ByteRange;
 
 std::uint64_t words_sum(const unsigned char* p, std::size_t n) {
   std::uint64_t s = 0;
@@ -38,7 +38,7 @@ TEST(StreamRead, EveryByteOfOddRangesOnAnyThreadCount) {
   for (int threads : {1, 2, 3, 7})
     for (int streams : {1, 2, 4, 8}) {
       std::uint64_t got = 0;
-      const double seconds = sonde::cli::stream_read(ranges, threads, &got, streams);
+      const double seconds = sonde::host::stream_read(ranges, threads, &got, streams);
       EXPECT_EQ(got, expected) << threads << " threads, " << streams << " streams";
       EXPECT_GE(seconds, 0.0);
     }
@@ -61,7 +61,7 @@ TEST(StreamRead, RunsCrossManyRangesOfEverySize) {
   for (int threads : {1, 2, 5})
     for (int streams : {1, 3, 4, 8}) {
       std::uint64_t got = 0;
-      sonde::cli::stream_read(ranges, threads, &got, streams);
+      sonde::host::stream_read(ranges, threads, &got, streams);
       EXPECT_EQ(got, expected) << threads << " threads, " << streams << " streams";
     }
 }
@@ -70,15 +70,15 @@ TEST(StreamRead, ChangingOneByteChangesTheChecksum) {
   std::vector<unsigned char> buf(4096, 1);
   const ByteRange r{buf.data(), buf.size()};
   std::uint64_t a = 0, b = 0;
-  sonde::cli::stream_read({&r, 1}, 2, &a);
+  sonde::host::stream_read({&r, 1}, 2, &a);
   buf[4095] = 2;  // the last byte, in the last word of the second thread's share
-  sonde::cli::stream_read({&r, 1}, 2, &b);
+  sonde::host::stream_read({&r, 1}, 2, &b);
   EXPECT_NE(a, b);
 }
 
 TEST(StreamRead, NoRangesReadsNothing) {
   std::uint64_t sum = 123;
-  sonde::cli::stream_read({}, 2, &sum);
+  sonde::host::stream_read({}, 2, &sum);
   EXPECT_EQ(sum, 0u);
 }
 

@@ -3,6 +3,7 @@
 // supports; the executor sends everything else to `reference` and says so once per plan.
 #include <sonde/graph.h>
 #include <sonde/plugin.h>
+#include <sonde/process_group.h>
 #include <sonde/tensor.h>
 
 #include <cstddef>
@@ -16,23 +17,21 @@ struct BackendInfo {
   std::string name;
   std::string description;
   int threads = 1;
+  int tensor_parallel = 1;  // ranks that hold one copy of the model between them (sharded backend)
 };
 
 struct BackendOptions {
   int threads = 0;  // 0: the backend's default (all cores)
   std::string weights = "native";  // "native" or "q8" (int8 Linear weights; backends without it ignore it)
+  // The sharded backend's: the local backend each rank runs its share on, and the ranks per model
+  // copy (0: every rank of the job). Other backends ignore them.
+  std::string shard_backend = "threaded";
+  int tensor_parallel = 0;
 };
 
 // How a weight may be split across ranks (used by the sharded backend; others ignore it).
 enum class Split { None, Rows, Cols };
 
-// Collectives for tensor-parallel execution; null on single-process backends.
-class ProcessGroup {
- public:
-  virtual ~ProcessGroup();
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
-};
 
 class Backend : public Plugin {
  public:
@@ -65,6 +64,8 @@ class Backend : public Plugin {
     for (std::size_t i = 0; i < nodes.size(); ++i) run(*nodes[i], inputs[i], outs[i]);
   }
   virtual void sync() {}
+  // The whole job (every rank), for a backend that runs as several processes; null otherwise.
+  // info().tensor_parallel says how the job's ranks are grouped into model copies.
   virtual ProcessGroup* process_group() { return nullptr; }
 };
 

@@ -7,6 +7,7 @@
 // results and the sinks in step and resumes after their last common mark.
 #include <sonde/capture.h>
 #include <sonde/edit_spec.h>
+#include <sonde/process_group.h>
 #include <sonde/request.h>
 #include <sonde/session.h>
 #include <sonde/sink.h>
@@ -106,11 +107,23 @@ struct RunOptions {
   std::string results_path;
   std::string dataset_path;          // recorded (its sha256) so that a resume checks the input
   bool resume = false, durable = false;
+  bool resume_complete = false;      // resume: outputs already complete are kept, not refused
   std::int64_t checkpoint_every = 64;
   double checkpoint_seconds = 60;
   bool record_history = false;       // diffusion: every step's canvas into RequestResult::history
   bool keep_results = true;          // false: RunResult::results stays empty (a dataset's results
                                      // go to the results file; memory stays flat)
+
+  // Several processes (design §5): the job's ranks, grouped into model copies of
+  // `tensor_parallel` ranks. With more than one copy a committed run is data parallel: copy r
+  // runs the requests whose index i has i % copies == r, its first rank writes results to
+  // "<results_path>.parts/rank-<r>.jsonl" and each sink to "<sink path>/rank-<r>.h5"; at the end
+  // rank 0 joins them into results_path (input order) and "<sink path>/run.h5". on_progress gets
+  // the whole job's progress on rank 0 (each copy's as of its last micro-batch), its own copy's on
+  // another copy's first rank, and is not called on the other ranks.
+  // run(Session&) takes both from the session's backend when `job` is null.
+  ProcessGroup* job = nullptr;
+  int tensor_parallel = 1;
 
   const std::atomic<bool>* cancel = nullptr;  // checked between micro-batches
   std::function<void(const RunProgress&)> on_progress;  // after each micro-batch

@@ -28,6 +28,8 @@ struct SessionOptions {
   int threads = 0;
   std::string plugin_dir;
   std::string weights = "native";  // BackendOptions::weights: "native" or "q8"
+  std::string shard_backend = "threaded";  // BackendOptions::shard_backend (sharded backend only)
+  int tensor_parallel = 0;                 // BackendOptions::tensor_parallel (sharded backend only)
 };
 
 struct ForwardInput {

@@ -41,6 +41,9 @@ struct SinkOptions {
   bool streaming = false;
   bool resume = false;         // reopen PATH, check run_config_sha256, trim to the committed mark
   bool durable = false;        // fsync at every checkpoint
+  // With resume: a file whose run completed is reopened as it is instead of refused (one part of
+  // a data-parallel run that finished before the others were stopped).
+  bool resume_complete = false;
   bool diffusion = false;      // create the /steps table
   std::size_t queue_bytes = std::size_t{256} << 20;  // bound on data waiting for the writer thread
 };
@@ -93,6 +96,10 @@ class Sink : public Plugin {
   virtual void checkpoint(const CommitMark& mark) = 0;
   virtual void flush() = 0;
   virtual void close() = 0;  // after close() the file is complete
+  // A data-parallel run's parts (complete files, one per model copy, in copy order) joined at
+  // `path` into one file that reads as if one process had written every prompt, without copying
+  // the activations (HDF5: virtual datasets with relative paths). The default refuses.
+  virtual void join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata& meta);
 };
 
 }  // namespace sonde

@@ -1,5 +1,6 @@
 #pragma once
-// Shape and dtype checks shared by the CPU backends (header-only, so no backend links another).
+// The op contract: shape and dtype checks every backend runs before its kernel (header-only, beside
+// the op list in graph.h, so no backend includes another's sources).
 // Each check_* validates a node's inputs and output buffer against the op's contract in graph.h
 // and returns the dimensions the kernel needs. Every failure is a sonde::Error naming the node.
 #include <sonde/error.h>

@@ -4,7 +4,9 @@
 // hardware prefetcher then follows several streams per core, which read 5-10% faster than one
 // here when the host's bandwidth is low (the threaded GEMV reads 4 rows at once and beat the
 // one-stream read by that much, so a bound taken from it alone was not a bound).
-#include "stream_read.h"
+#include <sonde/host/stream_read.h>
+
+#include <sonde/host/cpu.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +16,7 @@
 
 #include <immintrin.h>
 
-namespace sonde::cli {
+namespace sonde::host {
 namespace {
 
 constexpr int kMaxStreams = 8;
@@ -69,9 +71,9 @@ std::uint64_t sum_scalar(const unsigned char* const* p, int streams, std::size_t
 }
 
 SumFn widest_sum() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return sum_avx512;
-  if (__builtin_cpu_supports("avx2")) return sum_avx2;
+  const auto& f = cpu_features();
+  if (f.avx512f) return sum_avx512;
+  if (f.avx2) return sum_avx2;
   return sum_scalar;
 }
 
@@ -191,4 +193,4 @@ double fastest_read(std::span<const ByteRange> ranges, int threads) {
   return std::min(stream_read(ranges, threads, nullptr, 1), stream_read(ranges, threads, nullptr, 4));
 }
 
-}  // namespace sonde::cli
+}  // namespace sonde::host

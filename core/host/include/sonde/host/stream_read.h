@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <span>
 
-namespace sonde::cli {
+namespace sonde::host {
 
 struct ByteRange {
   const void* data;
@@ -24,4 +24,4 @@ double stream_read(std::span<const ByteRange> ranges, int threads, std::uint64_t
 // memory-bound kernel is judged by, whichever access shape suits the memory system better.
 double fastest_read(std::span<const ByteRange> ranges, int threads);
 
-}  // namespace sonde::cli
+}  // namespace sonde::host

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Data-parallel `sonde batch` under mpiexec (docs/scale-out.md), as a user runs it. One case per
+# ctest entry:  dp_batch_test.sh SONDE CHECK_JOIN CASE [MPIEXEC ARGS...]
+#   equal ARCH N   mpiexec -n N gives results and per-prompt activations equal to one process
+#   kill           SIGKILL of one rank ends the job; --resume completes it, equal to one process
+#   errors         bad input across ranks: one line, non-zero exit of the whole job, no hang
+set -euo pipefail
+sonde=$1; check=$2; case=$3; shift 3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+work=$(mktemp -d "${TMPDIR:-/tmp}/sonde-mpi-XXXXXX")
+keep() { echo "files kept in $work"; }
+trap 'st=$?; if [ $st -eq 0 ]; then rm -rf "$work"; else keep; fi' EXIT
+cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+
+dataset() {  # dataset N: N prompts of mixed lengths
+  for i in $(seq 0 $(($1 - 1))); do echo "{\"id\": \"p$i\", \"prompt\": \"item $i: $(seq -s ' ' 1 $((i % 7 + 1)))\"}"; done > in.jsonl
+}
+
+case $case in
+equal)
+  arch=$1 n=$2; shift 2
+  "$sonde" make-model --arch "$arch" --preset tiny --out m >/dev/null
+  dataset 200
+  gen=(--max-new-tokens 6 --temperature 0 --batch-size 3)
+  [ "$arch" = dream ] && gen=(--max-new-tokens 6 --steps 3 --batch-size 3)
+  "$sonde" batch --model m --input in.jsonl --output one.jsonl "${gen[@]}" --threads 1 \
+    --hooks 'blocks.*.hook_resid_post,blocks.0.mlp.hook_post' --acts one.h5 2>/dev/null
+  timeout 120 mpiexec -n "$n" --oversubscribe --bind-to none "$@" "$sonde" batch --backend sharded --model m \
+    --input in.jsonl --output dp.jsonl "${gen[@]}" --threads 1 --hooks 'blocks.*.hook_resid_post,blocks.0.mlp.hook_post' \
+    --acts acts > dp.log 2>&1 || { cat dp.log; fail "mpiexec -n $n batch exited $?"; }
+  cmp one.jsonl dp.jsonl || fail "results differ from one process"
+  [ "$(ls acts | tr '\n' ' ')" = "$(for r in $(seq 0 $((n - 1))); do printf 'rank-%d.h5 ' "$r"; done)run.h5 " ] || fail "acts/ holds $(ls acts)"
+  /usr/bin/python3 "$check" one.h5 acts/run.h5 || fail "run.h5 differs from one process's file"
+  [ "$(grep -c 'done:' dp.log)" = 1 ] || { cat dp.log; fail "expected one summary (rank 0's)"; }
+  ;;
+kill)
+  "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
+  dataset 400
+  gen=(--max-new-tokens 12 --temperature 0 --batch-size 2 --checkpoint-every 2 --threads 1)
+  "$sonde" batch --model m --input in.jsonl --output one.jsonl "${gen[@]}" --hooks 'blocks.*.hook_resid_post' --acts one.h5 2>/dev/null
+  mpiexec -n 2 --bind-to none "$@" "$sonde" batch --backend sharded --model m --input in.jsonl --output dp.jsonl \
+    "${gen[@]}" --hooks 'blocks.*.hook_resid_post' --acts acts > kill.log 2>&1 &
+  job=$!
+  for _ in $(seq 400); do  # until rank 1 has committed something
+    [ -s dp.jsonl.parts/rank-1.jsonl ] && break; sleep 0.05
+  done
+  victim=$(pgrep -f -n -- "--output dp.jsonl" | head -1)
+  [ -n "$victim" ] || fail "no rank to kill"
+  kill -9 "$victim"
+  t0=$(date +%s)
+  if wait "$job"; then fail "the job exited 0 after a rank was killed"; fi
+  [ $(( $(date +%s) - t0 )) -lt 30 ] || fail "the job took more than 30 s to end after a rank was killed"
+  [ ! -e dp.jsonl ] || fail "a killed job joined its results"
+  timeout 120 mpiexec -n 2 --bind-to none "$@" "$sonde" batch --backend sharded --model m --input in.jsonl \
+    --output dp.jsonl "${gen[@]}" --hooks 'blocks.*.hook_resid_post' --acts acts --resume > resume.log 2>&1 \
+    || { cat resume.log; fail "resume exited $?"; }
+  grep -q "resuming after" resume.log || { cat resume.log; fail "the resume did not continue a committed run"; }
+  cmp one.jsonl dp.jsonl || fail "resumed results differ from one process"
+  /usr/bin/python3 "$check" one.h5 acts/run.h5 || fail "resumed run.h5 differs from one process's file"
+  ;;
+errors)
+  "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
+  dataset 10
+  base=(batch --backend sharded --model m --input in.jsonl --max-new-tokens 2 --threads 1)
+  expect_error() {  # expect_error NAME PATTERN CMD...: non-zero, bounded, the pattern in the output
+    local name=$1 pattern=$2 st=0; shift 2
+    timeout 60 "$@" > "$name.log" 2>&1 || st=$?
+    [ $st -ne 0 ] || fail "$name: exit 0"
+    [ $st -ne 124 ] || fail "$name: still running after 60 s"
+    grep -q -- "$pattern" "$name.log" || { cat "$name.log"; fail "$name: no '$pattern'"; }
+  }
+  expect_error tp "3 ranks per model copy do not divide the job's 2 ranks" \
+    mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --output a.jsonl --tensor-parallel 3
+  touch file.h5
+  expect_error acts_file "file.h5 is a file, but a data-parallel run (2 model copies)" \
+    mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --output b.jsonl --hooks blocks.0.hook_resid_post --acts file.h5 --overwrite
+  expect_error options "rank 1 has other options or input than rank 0's" \
+    mpiexec --bind-to none "$@" -n 1 "$sonde" "${base[@]}" --output c.jsonl : -n 1 "$sonde" "${base[@]}" --output c.jsonl --seed 5
+  expect_error model "" \
+    mpiexec --bind-to none "$@" -n 1 "$sonde" "${base[@]}" --output d.jsonl : -n 1 "$sonde" batch --backend sharded \
+    --model nosuch --input in.jsonl --max-new-tokens 2 --threads 1 --output d.jsonl
+  grep -q "nosuch" model.log || { cat model.log; fail "model: the error does not name the model"; }
+  [ ! -e d.jsonl ] || fail "model: a results file was written"
+  ;;
+*) fail "unknown case $case" ;;
+esac
+echo "PASS $case $*"
