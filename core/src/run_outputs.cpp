@@ -59,6 +59,7 @@ RunMetadata run_metadata(const RunModel& s, const nlohmann::json& run_config, co
                {"storage_dtype", storage_dtype},
                {"weight_processing", "none"}};
   m.ints = {{"prediction_shift", s.info().prediction_shift}, {"rank", 0}, {"world_size", 1}};
+  // The edits a run applied, on every output (run_config_json holds them too, with the rest).
   if (run_config.contains("edits")) m.strings["edits_json"] = run_config["edits"].dump();
   return m;
 }
