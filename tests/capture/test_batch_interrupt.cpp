@@ -86,6 +86,33 @@ TEST(BatchInterrupt, SigtermAndSighupStopAsCtrlCDoes) {
   interrupt_and_resume(SIGHUP);
 }
 
+// A resume with other options is refused naming each option that changed, not two digests.
+TEST(BatchInterrupt, AResumeWithChangedOptionsNamesTheOptions) {
+  const auto dir = temp_dir();
+  const auto model = prepare(dir);
+  const auto args = batch_args(model, dir, "part");
+  std::optional<int> ended;
+  const Child c = start_part(args, dir, ended);
+  if (!ended) send_signal(c, SIGINT);
+  const int code = ended ? *ended : wait_child(c);
+  if (code == 0) GTEST_SKIP() << "the run finished before the signal arrived";
+  ASSERT_EQ(code, 130) << read_text(dir / "log.txt");
+  auto changed = args;
+  for (std::size_t i = 0; i + 1 < changed.size(); ++i) {
+    if (changed[i] == "--temperature") changed[i + 1] = "0.5";
+    if (changed[i] == "--batch-size") changed[i + 1] = "3";
+  }
+  changed.push_back("--resume");
+  const auto r = run_sonde(changed);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("options changed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("batch_size was 2, now 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("temperature was 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("now 0.5"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("sha256"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(dir / "part.h5"), std::string::npos) << r.output;
+}
+
 TEST(BatchInterrupt, ASecondRunOnTheSameOutputsIsRefusedWhileTheFirstWrites) {
   const auto dir = temp_dir();
   const auto model = prepare(dir);
