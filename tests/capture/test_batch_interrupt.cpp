@@ -9,7 +9,10 @@
 #include "spawn.h"
 #include "test_paths.h"
 
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <csignal>
 #include <fstream>
@@ -84,6 +87,28 @@ TEST(BatchInterrupt, SigintWithActivationsLeavesAResumableRunThatEndsAsTheUninte
 TEST(BatchInterrupt, SigtermAndSighupStopAsCtrlCDoes) {
   interrupt_and_resume(SIGTERM);
   interrupt_and_resume(SIGHUP);
+}
+
+// A file-size limit (ulimit -f) is a write error naming the file, not death by SIGXFSZ, and the
+// message says the run continues with --resume; raising the limit and resuming completes it.
+TEST(BatchInterrupt, AFileSizeLimitIsAnErrorThatSaysHowToContinue) {
+  const auto dir = temp_dir();
+  const auto model = prepare(dir);
+  const auto args = batch_args(model, dir, "part");
+  // bash's ulimit -f counts 1024-byte blocks: 512 KiB, far less than the run writes.
+  std::string cmd = "ulimit -f 512; exec '" + sonde_exe().string() + "'";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  const int status = std::system(("bash -c \"" + cmd + "\" > '" + (dir / "log.txt").string() + "' 2>&1").c_str());
+  const std::string log = read_text(dir / "log.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal\n" << log;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << log;
+  EXPECT_NE(log.find("part."), std::string::npos) << log;
+  EXPECT_NE(log.find("continue with --resume"), std::string::npos) << log;
+  auto resumed = args;
+  resumed.push_back("--resume");
+  const auto r = run_sonde(resumed);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_text(dir / "part.jsonl"), read_text(dir / "full.jsonl"));
 }
 
 // A resume with other options is refused naming each option that changed, not two digests.
