@@ -57,11 +57,11 @@ for i in $(seq 1 "$n"); do
   c=${configs[$((RANDOM % ${#configs[@]}))]}; t=${c//:/-}; sig=${signals[$((RANDOM % 3))]}
   rm -f "$work"/run.*
   mapfile -t a < <(args_of "$c" run)
-  delay_ms=$(( RANDOM % (secs[$c] + 50) ))
+  delay_ms=$(( RANDOM % (secs[$c] * 9 / 10 + 1) ))  # mostly before the end: loading, writing, closing
   "$sonde" "${a[@]}" 2>/dev/null & pid=$!
   sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
   kill -s "$sig" "$pid" 2>/dev/null || true
-  code=0; wait "$pid" || code=$?
+  code=0; { wait "$pid"; } 2>/dev/null || code=$?
   [ "$code" -ne 0 ] && interrupted=$((interrupted + 1))
   if [ "$code" -ne 0 ]; then
     "$sonde" "${a[@]}" --resume 2>"$work/resume.log" || { echo "run $i ($c, SIG$sig): resume failed: $(tail -1 "$work/resume.log")"; continue; }
