@@ -120,7 +120,17 @@ int run_batch(BatchOptions o) {
     job_totals = p.totals;
   };
   catch_sigint();
-  const RunResult res = run(*session, data.requests, ro);
+  const RunResult res = [&] {
+    try {
+      return run(*session, data.requests, ro);
+    } catch (const Error& e) {
+      // A failure while writing (full disk, file-size limit, I/O error) leaves the run at its last
+      // checkpoint: say how to go on. Bad input is refused before anything is written.
+      if (e.kind() == ErrorKind::BadInput || !std::filesystem::exists(o.output)) throw;
+      throw Error(e.kind(), std::string(e.what()) + "; the run stopped at its last checkpoint: fix the cause, then "
+                                                    "continue with --resume (same options)");
+    }
+  }();
   if (res.cancelled) {
     const auto committed = res.committed_before + res.totals.prompts;
     if (parallel)

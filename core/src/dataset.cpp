@@ -31,7 +31,7 @@ Request parse_line(const std::string& text, std::int64_t line) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     bad_line(std::string("not valid JSON (") + e.what() + ")");
   }
   if (!j.is_object()) bad_line("not a JSON object");

@@ -25,7 +25,15 @@ OutputLock::OutputLock(const std::string& path) : lock_path_(path + ".lock") {
   // hold a lock nobody else sees. So after locking, the path must still name the file locked.
   for (int attempt = 0; attempt < 100; ++attempt) {
     fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) runtime_error("cannot create the lock file {}: {}", lock_path_, std::strerror(errno));
+    if (fd_ < 0) {
+      // The lock is the first thing a run creates beside its output: a missing or read-only
+      // directory is the user's path, named as such (exit 2), not a failure of the program.
+      const int err = errno;
+      if (err == ENOENT || err == ENOTDIR || err == EACCES || err == EPERM || err == EROFS)
+        bad_input("cannot write {}: {} ({})", path, std::strerror(err),
+                  err == ENOENT || err == ENOTDIR ? "its directory does not exist" : "its directory is not writable");
+      runtime_error("cannot create the lock file {}: {}", lock_path_, std::strerror(err));
+    }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       const std::string pid = holder_of(fd_);

@@ -6,13 +6,23 @@ Writes OUT.npz with `activations` [N, d] float32 (rows of every prompt, in file 
 shape flattened), `token_ids` [N] int32, `prompt_idx` [N] int64 and `pos` [N] int32. SAELens
 and similar trainers take `activations` as the [N, d] training matrix; `token_ids` lets you
 filter or label rows. --kinds keeps only rows of those /rows/kind values (0 prompt,
-1 generated, 2 special, 3 masked, 4 committed). Only rows up to /progress/mark are used when a
-streaming file is read mid-run.
+1 generated, 2 special, 3 masked, 4 committed). A file that `sonde batch` is still writing, or
+that was killed, is opened as an SWMR reader and only rows up to /progress/mark (its last
+checkpoint) are used.
 """
 import argparse
 
 import h5py
 import numpy as np
+
+
+def open_h5(path):
+    """SWMR read for a file being written or killed (it also skips the writer's open-for-write
+    flag); a one-shot file written without SWMR opens normally."""
+    try:
+        return h5py.File(path, "r", swmr=True)
+    except (OSError, ValueError):
+        return h5py.File(path, "r")
 
 
 def committed_rows(f):
@@ -28,7 +38,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--kinds", default="")
     a = ap.parse_args()
-    with h5py.File(a.file, "r") as f:
+    with open_h5(a.file) as f:
         n = committed_rows(f)
         acts = np.asarray(f["acts"][a.hook][:n], dtype=np.float32)
         acts = acts.reshape(n, -1)

@@ -1,4 +1,5 @@
 // Hdf5Sink::open: argument checks, the one-shot file, and the streaming file (fresh or resumed).
+#include "config_diff.h"
 #include "h5clear.h"
 #include "hdf5_sink.h"
 #include "output_path.h"
@@ -159,9 +160,17 @@ void Hdf5Sink::check_resumable(const RunMetadata& meta) {
   if (want == meta.strings.end()) bad_input("cannot resume {}: this run gives no run_config_sha256 to check", path_);
   const std::string have =
       h5::has_attr(file_, "run_config_sha256") ? h5::read_string_attr(file_, "run_config_sha256") : "(none)";
-  if (have != want->second)
+  if (have != want->second) {
+    const auto now = meta.strings.find("run_config_json");
+    const std::string changes = now != meta.strings.end() && h5::has_attr(file_, "run_config_json")
+                                    ? config_changes(h5::read_string_attr(file_, "run_config_json"), now->second)
+                                    : "";
+    if (!changes.empty())
+      bad_input("cannot resume {}: the run's options changed: {} (resume with the options it was started with)", path_,
+                changes);
     bad_input("cannot resume {}: its run_config_sha256 is {} but this run's is {}; the run configuration changed",
               path_, have, want->second);
+  }
   if (options_.diffusion != h5::has_link(file_, "steps"))
     bad_input("cannot resume {}: the file {} /steps but this run is {}diffusion", path_,
               options_.diffusion ? "lacks" : "has", options_.diffusion ? "" : "not ");

@@ -1,11 +1,12 @@
-// sonde batch and sonde generate --hooks as a user runs them, on the tiny golden Qwen2 of
-// ../shared/golden: results against the golden greedy tokens, bad input (line numbers,
-// --skip-bad-lines, unknown hooks, existing outputs), resume after a torn results file and
-// after SIGINT, and the captured rows of generate against the golden per-layer outputs.
+// sonde batch and sonde generate --hooks as a user runs them, on make-model checkpoints with our
+// own float64 PyTorch goldens (tests/data): results against the golden greedy tokens, bad input
+// (line numbers, --skip-bad-lines, unknown hooks, existing outputs), resume after a torn results
+// file and after SIGINT, and the captured rows of generate against the golden per-layer outputs.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "h5_read.h"
+#include "made_models.h"
 #include "run_sonde.h"
 #include "spawn.h"
 #include "test_paths.h"
@@ -19,9 +20,10 @@
 namespace sonde::test {
 namespace {
 
-const char* kQwen = "tiny-qwen2-float32-v2048";
-std::filesystem::path golden() { return shared_dir() / "golden" / (std::string(kQwen) + ".h5"); }
-std::string model() { return (shared_dir() / "golden/models" / kQwen).string(); }
+// gen-tiny-qwen2-f32.h5 was computed for `make-model --arch qwen2 --preset tiny --seed 31`
+// (test_generate_own_goldens checks make-model still makes that checkpoint).
+std::filesystem::path golden() { return data_dir() / "gen-tiny-qwen2-f32.h5"; }
+std::string model() { return made_model("qwen2", "tiny", 31).string(); }
 std::vector<std::int64_t> ints(const Array& a) { return {a.values.begin(), a.values.end()}; }
 
 void write_lines(const std::filesystem::path& f, const std::vector<std::string>& lines) {
@@ -59,15 +61,14 @@ std::vector<std::string> many_requests(int n) {
   return lines;
 }
 
-#define REQUIRE_GOLDEN() SONDE_REQUIRE_SHARED(std::string("golden/") + kQwen + ".h5")
-
 TEST(BatchCli, ResultsEqualTheGoldenGreedyTokensAndEachIdComesOnce) {
-  REQUIRE_GOLDEN();
   const auto dir = temp_dir();
-  const auto p5 = ints(read_dataset(golden(), "ar_greedy/prompt5/prompt"));
-  const auto p19 = ints(read_dataset(golden(), "ar_greedy/prompt19/prompt"));
-  const auto t5 = ints(read_dataset(golden(), "ar_greedy/prompt5/tokens"));
-  const auto t19 = ints(read_dataset(golden(), "ar_greedy/prompt19/tokens"));
+  const auto p5 = ints(read_dataset(golden(), "ar_greedy/batch3/row0/prompt"));
+  const auto p19 = ints(read_dataset(golden(), "ar_greedy/batch3/row1/prompt"));
+  const auto t5 = ints(read_dataset(golden(), "ar_greedy/batch3/row0/tokens"));
+  const auto t19 = ints(read_dataset(golden(), "ar_greedy/batch3/row1/tokens"));
+  ASSERT_EQ(p5.size(), 4u);
+  ASSERT_EQ(p19.size(), 11u);
   auto short_line = ids_line("c", p5);
   short_line["max_new_tokens"] = 4;
   write_lines(dir / "in.jsonl", {ids_line("a", p5).dump(), ids_line("b", p19).dump(), short_line.dump()});
@@ -81,15 +82,14 @@ TEST(BatchCli, ResultsEqualTheGoldenGreedyTokensAndEachIdComesOnce) {
   EXPECT_EQ(res[0]["completion_ids"].get<std::vector<std::int64_t>>(), t5);
   EXPECT_EQ(res[1]["completion_ids"].get<std::vector<std::int64_t>>(), t19);
   EXPECT_EQ(res[2]["completion_ids"].get<std::vector<std::int64_t>>(), std::vector<std::int64_t>(t5.begin(), t5.begin() + 4));
-  EXPECT_EQ(res[0]["prompt_tokens"], 5);
-  EXPECT_EQ(res[1]["prompt_tokens"], 19);
+  EXPECT_EQ(res[0]["prompt_tokens"], 4);
+  EXPECT_EQ(res[1]["prompt_tokens"], 11);
   EXPECT_EQ(res[2]["completion_tokens"], 4);
   EXPECT_EQ(res[0]["finish_reason"], "length");
   EXPECT_NE(r.output.find("done: 3 prompts"), std::string::npos) << r.output;
 }
 
 TEST(BatchCli, MalformedLinesAreReportedWithTheirLineNumbers) {
-  REQUIRE_GOLDEN();
   const auto dir = temp_dir();
   write_lines(dir / "in.jsonl", {ids_line("a", {1, 2, 3}).dump(), "{not json", ids_line("b", {4, 5}).dump(),
                                  R"({"id": "x"})", ids_line("a", {7}).dump(), R"({"id": "y", "ids": [1], "colour": 3})"});
@@ -109,7 +109,6 @@ TEST(BatchCli, MalformedLinesAreReportedWithTheirLineNumbers) {
 }
 
 TEST(BatchCli, ExistingOutputsAreRefusedWithoutResumeOrOverwrite) {
-  REQUIRE_GOLDEN();
   const auto dir = temp_dir();
   write_lines(dir / "in.jsonl", {ids_line("a", {1, 2, 3}).dump()});
   write_lines(dir / "out.jsonl", {"precious"});
@@ -123,7 +122,6 @@ TEST(BatchCli, ExistingOutputsAreRefusedWithoutResumeOrOverwrite) {
 }
 
 TEST(BatchCli, UnknownHooksSuggestTheClosestNames) {
-  REQUIRE_GOLDEN();
   const auto dir = temp_dir();
   write_lines(dir / "in.jsonl", {ids_line("a", {1, 2, 3}).dump()});
   const auto r = run_sonde(batch_args(dir / "in.jsonl", dir / "out.jsonl",
@@ -134,7 +132,6 @@ TEST(BatchCli, UnknownHooksSuggestTheClosestNames) {
 }
 
 TEST(BatchCli, ResumeAfterATornResultsFileEqualsAnUninterruptedRun) {
-  REQUIRE_GOLDEN();
   const auto dir = temp_dir();
   write_lines(dir / "in.jsonl", many_requests(10));
   auto r = run_sonde(batch_args(dir / "in.jsonl", dir / "full.jsonl", {"--batch-size", "3"}));
@@ -150,7 +147,6 @@ TEST(BatchCli, ResumeAfterATornResultsFileEqualsAnUninterruptedRun) {
 }
 
 TEST(BatchCli, SigintFinishesTheMicroBatchAndLeavesAResumableRun) {
-  REQUIRE_GOLDEN();
   const auto dir = temp_dir();
   write_lines(dir / "in.jsonl", many_requests(3000));
   const auto args = batch_args(dir / "in.jsonl", dir / "out.jsonl", {"--batch-size", "2"});
@@ -180,35 +176,39 @@ TEST(BatchCli, SigintFinishesTheMicroBatchAndLeavesAResumableRun) {
   EXPECT_EQ(read_text(dir / "out.jsonl"), read_text(dir / "full.jsonl"));
 }
 
+// small-qwen2-f32.h5: `make-model --arch qwen2 --preset small --seed 11`, 4 layers, hidden 256.
 TEST(GenerateCapture, RowsInTheFileEqualTheGoldenLayersAndAForwardOfTheCompletion) {
-  REQUIRE_GOLDEN();
   const auto dir = temp_dir();
-  const auto p5 = ints(read_dataset(golden(), "ar_greedy/prompt5/prompt"));
-  const auto t5 = ints(read_dataset(golden(), "ar_greedy/prompt5/tokens"));
+  const auto fwd_golden = data_dir() / "small-qwen2-f32.h5";
+  const std::string small = made_model("qwen2", "small", 11).string();
+  const auto p = ints(read_dataset(fwd_golden, "forward/p7/input_ids"));
+  ASSERT_EQ(p.size(), 7u);
   const auto out = dir / "g.h5";
-  auto r = run_sonde({"generate", "--model", model(), "--ids", join_ids(p5), "--max-new-tokens", "4", "--hooks",
-                      "blocks.*.hook_resid_post", "--out", out.string(), "--positions", "all"});
+  auto r = run_sonde({"generate", "--model", small, "--ids", join_ids(p), "--max-new-tokens", "4", "--temperature", "0",
+                      "--hooks", "blocks.*.hook_resid_post", "--out", out.string(), "--positions", "all"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  // Rows 0..4: the prompt at prefill, against the golden per-layer outputs.
-  for (int layer = 0; layer < 2; ++layer) {
+  // Rows 0..6: the prompt at prefill, against the golden per-layer outputs.
+  const Array golden_resid = read_dataset(fwd_golden, "forward/p7/resid_post");
+  for (int layer = 0; layer < 4; ++layer) {
     const Array acts = read_dataset(out, "/acts/blocks." + std::to_string(layer) + ".hook_resid_post");
-    ASSERT_EQ(acts.shape, (std::vector<std::int64_t>{9, 64}));
-    Array prompt_rows;
-    prompt_rows.shape = {5, 64};
-    prompt_rows.values.assign(acts.values.begin(), acts.values.begin() + 5 * 64);
-    EXPECT_LE(normalised_error(prompt_rows, read_dataset(golden(), "forward/prompt5/resid_post").at(layer)), 1e-4);
+    ASSERT_EQ(acts.shape, (std::vector<std::int64_t>{11, 256}));
+    Array prompt_rows, want;
+    prompt_rows.shape = want.shape = {7, 256};
+    prompt_rows.values.assign(acts.values.begin(), acts.values.begin() + 7 * 256);
+    want.values.assign(golden_resid.values.begin() + layer * 7 * 256, golden_resid.values.begin() + (layer + 1) * 7 * 256);
+    EXPECT_LE(normalised_error(prompt_rows, want), 1e-4) << "layer " << layer;
   }
-  EXPECT_EQ(ints(read_dataset(out, "/rows/step")), (std::vector<std::int64_t>{-1, -1, -1, -1, -1, 0, 1, 2, 3}));
-  EXPECT_EQ(ints(read_dataset(out, "/rows/pos")), (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
-  auto expect_ids = p5;
-  expect_ids.insert(expect_ids.end(), t5.begin(), t5.begin() + 4);
-  EXPECT_EQ(ints(read_dataset(out, "/rows/token_id")), expect_ids);
-  // Rows 5..8 against `sonde forward` over prompt + the 4 generated tokens.
-  r = run_sonde({"forward", "--model", model(), "--ids", join_ids(expect_ids), "--hooks", "blocks.1.hook_resid_post",
-                 "--out", (dir / "f.h5").string()});
+  EXPECT_EQ(ints(read_dataset(out, "/rows/step")), (std::vector<std::int64_t>{-1, -1, -1, -1, -1, -1, -1, 0, 1, 2, 3}));
+  EXPECT_EQ(ints(read_dataset(out, "/rows/pos")), (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  const auto ids = ints(read_dataset(out, "/rows/token_id"));
+  ASSERT_EQ(ids.size(), 11u);
+  EXPECT_EQ(std::vector<std::int64_t>(ids.begin(), ids.begin() + 7), p);
+  // Rows 7..10 against `sonde forward` over prompt + the 4 generated tokens.
+  r = run_sonde({"forward", "--model", small, "--ids", join_ids(ids), "--hooks", "blocks.3.hook_resid_post", "--out",
+                 (dir / "f.h5").string()});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const Array ref = read_dataset(dir / "f.h5", "/acts/blocks.1.hook_resid_post");
-  const Array got = read_dataset(out, "/acts/blocks.1.hook_resid_post");
+  const Array ref = read_dataset(dir / "f.h5", "/acts/blocks.3.hook_resid_post");
+  const Array got = read_dataset(out, "/acts/blocks.3.hook_resid_post");
   EXPECT_LE(normalised_error(got, ref), 1e-4);
 }
 

@@ -550,6 +550,7 @@ TEST(BatchOutputs, AFullDiskFailsClearlyAndResumeAfterFreeingSpaceCompletesTheRu
   EXPECT_NE(r.exit_code, 130);
   EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("error"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("continue with --resume"), std::string::npos) << r.output;
 
   // The committed prefix: the mark's prompts, whose results lines equal the reference's.
   const std::int64_t committed = mark_prompts(mnt / "run.h5");

@@ -9,7 +9,10 @@
 #include "spawn.h"
 #include "test_paths.h"
 
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <csignal>
 #include <fstream>
@@ -84,6 +87,55 @@ TEST(BatchInterrupt, SigintWithActivationsLeavesAResumableRunThatEndsAsTheUninte
 TEST(BatchInterrupt, SigtermAndSighupStopAsCtrlCDoes) {
   interrupt_and_resume(SIGTERM);
   interrupt_and_resume(SIGHUP);
+}
+
+// A file-size limit (ulimit -f) is a write error naming the file, not death by SIGXFSZ, and the
+// message says the run continues with --resume; raising the limit and resuming completes it.
+TEST(BatchInterrupt, AFileSizeLimitIsAnErrorThatSaysHowToContinue) {
+  const auto dir = temp_dir();
+  const auto model = prepare(dir);
+  const auto args = batch_args(model, dir, "part");
+  // bash's ulimit -f counts 1024-byte blocks: 512 KiB, far less than the run writes.
+  std::string cmd = "ulimit -f 512; exec '" + sonde_exe().string() + "'";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  const int status = std::system(("bash -c \"" + cmd + "\" > '" + (dir / "log.txt").string() + "' 2>&1").c_str());
+  const std::string log = read_text(dir / "log.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal\n" << log;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << log;
+  EXPECT_NE(log.find("part."), std::string::npos) << log;
+  EXPECT_NE(log.find("continue with --resume"), std::string::npos) << log;
+  auto resumed = args;
+  resumed.push_back("--resume");
+  const auto r = run_sonde(resumed);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_text(dir / "part.jsonl"), read_text(dir / "full.jsonl"));
+}
+
+// A resume with other options is refused naming each option that changed, not two digests.
+TEST(BatchInterrupt, AResumeWithChangedOptionsNamesTheOptions) {
+  const auto dir = temp_dir();
+  const auto model = prepare(dir);
+  const auto args = batch_args(model, dir, "part");
+  std::optional<int> ended;
+  const Child c = start_part(args, dir, ended);
+  if (!ended) send_signal(c, SIGINT);
+  const int code = ended ? *ended : wait_child(c);
+  if (code == 0) GTEST_SKIP() << "the run finished before the signal arrived";
+  ASSERT_EQ(code, 130) << read_text(dir / "log.txt");
+  auto changed = args;
+  for (std::size_t i = 0; i + 1 < changed.size(); ++i) {
+    if (changed[i] == "--temperature") changed[i + 1] = "0.5";
+    if (changed[i] == "--batch-size") changed[i + 1] = "3";
+  }
+  changed.push_back("--resume");
+  const auto r = run_sonde(changed);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("options changed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("batch_size was 2, now 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("temperature was 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("now 0.5"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("sha256"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(dir / "part.h5"), std::string::npos) << r.output;
 }
 
 TEST(BatchInterrupt, ASecondRunOnTheSameOutputsIsRefusedWhileTheFirstWrites) {

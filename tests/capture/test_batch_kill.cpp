@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "h5_read.h"
+#include "made_models.h"
 #include "spawn.h"
 #include "test_paths.h"
 
@@ -19,10 +20,8 @@
 namespace sonde::test {
 namespace {
 
-const char* kQwen = "tiny-qwen2-float32-v2048";
-
 std::vector<std::string> args_for(const std::filesystem::path& dir, const std::string& tag) {
-  return {"batch", "--model", (shared_dir() / "golden/models" / kQwen).string(), "--input", (dir / "in.jsonl").string(),
+  return {"batch", "--model", made_model("qwen2", "tiny", 31).string(), "--input", (dir / "in.jsonl").string(),
           "--output", (dir / (tag + ".jsonl")).string(), "--acts", (dir / (tag + ".h5")).string(), "--hooks",
           "blocks.*.hook_resid_post,hook_embed", "--max-new-tokens", "8", "--batch-size", "4",
           "--checkpoint-every", "8", "--temperature", "0.8", "--seed", "5"};
@@ -55,7 +54,6 @@ int kill_at_line(const Child& c, const std::filesystem::path& results, std::int6
 }
 
 TEST(BatchKill, SigkillAtRandomMomentsThenResumeEqualsAnUninterruptedRun) {
-  SONDE_REQUIRE_SHARED(std::string("golden/models/") + kQwen);
   const auto dir = temp_dir();
   {
     std::ofstream in(dir / "in.jsonl");

@@ -86,8 +86,7 @@ Array row_at(const Array& a, std::int64_t i) {
 
 const std::vector<std::string> kPrompts{"prompt5", "prompt19"};
 
-TEST(CaptureGolden, QwenPromptRowsEqualGoldenLayersInAMixedLengthBatch) {
-  SONDE_REQUIRE_SHARED(std::string("golden/") + kQwen + ".h5");
+TEST(CaptureGoldenShared, QwenPromptRowsEqualGoldenLayersInAMixedLengthBatch) {
   auto s = open_model(kQwen);
   std::vector<std::vector<std::int32_t>> prompts;
   for (const auto& p : kPrompts) prompts.push_back(ids_of(read_dataset(golden(kQwen), "forward/" + p + "/input_ids")));
@@ -121,8 +120,7 @@ TEST(CaptureGolden, QwenPromptRowsEqualGoldenLayersInAMixedLengthBatch) {
   }
 }
 
-TEST(CaptureGolden, QwenGeneratedRowsEqualAForwardOverPromptAndCompletion) {
-  SONDE_REQUIRE_SHARED(std::string("golden/") + kQwen + ".h5");
+TEST(CaptureGoldenShared, QwenGeneratedRowsEqualAForwardOverPromptAndCompletion) {
   auto s = open_model(kQwen);
   std::vector<std::vector<std::int32_t>> prompts;
   for (const auto& p : kPrompts) prompts.push_back(ids_of(read_dataset(golden(kQwen), "ar_greedy/" + p + "/prompt")));
@@ -187,8 +185,7 @@ std::vector<std::int32_t> canvas_before(std::size_t r, std::int64_t i, const std
   return c;
 }
 
-TEST(CaptureGolden, DreamCommitRowsComeOncePerSlotFromTheForwardOfTheirStep) {
-  SONDE_REQUIRE_SHARED(std::string("golden/") + kDream + ".h5");
+TEST(CaptureGoldenShared, DreamCommitRowsComeOncePerSlotFromTheForwardOfTheirStep) {
   auto s = open_model(kDream);
   auto spec = spec_for(*s, PositionPolicy::All, {"blocks.1.hook_resid_post", "diffusion.hook_tokens", "diffusion.hook_transfer"});
   spec.record_steps = true;
@@ -229,8 +226,7 @@ TEST(CaptureGolden, DreamCommitRowsComeOncePerSlotFromTheForwardOfTheirStep) {
   }
 }
 
-TEST(CaptureGolden, DreamFinalRowsEqualAForwardOfTheFinalCanvas) {
-  SONDE_REQUIRE_SHARED(std::string("golden/") + kDream + ".h5");
+TEST(CaptureGoldenShared, DreamFinalRowsEqualAForwardOfTheFinalCanvas) {
   auto s = open_model(kDream);
   for (auto policy : {PositionPolicy::All, PositionPolicy::Generated, PositionPolicy::Last}) {
     SCOPED_TRACE(position_policy_name(policy));
@@ -259,8 +255,7 @@ TEST(CaptureGolden, DreamFinalRowsEqualAForwardOfTheFinalCanvas) {
   }
 }
 
-TEST(CaptureGolden, DreamAllAndEveryKCaptureWholeCanvasesAtTheirSteps) {
-  SONDE_REQUIRE_SHARED(std::string("golden/") + kDream + ".h5");
+TEST(CaptureGoldenShared, DreamAllAndEveryKCaptureWholeCanvasesAtTheirSteps) {
   auto s = open_model(kDream);
   for (const char* policy : {"all", "every:5"}) {
     SCOPED_TRACE(policy);
@@ -290,8 +285,7 @@ TEST(CaptureGolden, DreamAllAndEveryKCaptureWholeCanvasesAtTheirSteps) {
   }
 }
 
-TEST(CaptureGolden, NoHooksMeansNoRowsAndTheSameTokens) {
-  SONDE_REQUIRE_SHARED(std::string("golden/") + kQwen + ".h5");
+TEST(CaptureGoldenShared, NoHooksMeansNoRowsAndTheSameTokens) {
   auto s = open_model(kQwen);
   const auto prompt = ids_of(read_dataset(golden(kQwen), "ar_greedy/prompt5/prompt"));
   SessionDecodeForward fwd(*s);

@@ -137,6 +137,24 @@ TEST_F(UsageError, ExistingOutputNeedsOverwrite) {
   EXPECT_EQ(complete_attr(out_), 1);
 }
 
+// An output in a directory that does not exist (or under a file): exit 2, one line naming the
+// path, none of HDF5's wording, for forward and generate alike.
+TEST_F(UsageError, UnwritableOutputPathIsNamed) {
+  write_text(dir_ / "a-file", "x");
+  for (const fs::path& out : {dir_ / "no-such-dir" / "acts.h5", dir_ / "a-file" / "acts.h5"})
+    for (const char* cmd : {"forward", "generate"}) {
+      SCOPED_TRACE(std::string(cmd) + " " + out.string());
+      std::vector<std::string> args{cmd, "--model", model_.string(), "--out", out.string(), "--ids", "1,2",
+                                    "--hooks", "blocks.0.hook_resid_post"};
+      if (std::string(cmd) == "generate") args.insert(args.end(), {"--max-new-tokens", "2"});
+      const Outcome o = run(args);
+      EXPECT_TRUE(one_line_error(o, cmd, {out.string(), "cannot write"}, {}));
+      EXPECT_EQ(o.err.find("HDF5"), std::string::npos) << o.err;
+      EXPECT_EQ(o.err.find("H5F"), std::string::npos) << o.err;
+      EXPECT_EQ(o.err.find(".lock"), std::string::npos) << o.err;
+    }
+}
+
 TEST_F(UsageError, BadStorageDtype) {
   EXPECT_TRUE(one_line_error(forward({"--ids", "1", "--storage-dtype", "f64"}), "forward", {"'f64'"}, {"--storage-dtype"}));
 }

@@ -29,10 +29,9 @@ std::vector<std::int64_t> concat(std::vector<std::int64_t> a, const std::vector<
   return a;
 }
 
-class GenerateGolden : public ::testing::TestWithParam<std::string> {};
+class GenerateGoldenShared : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(GenerateGolden, QwenGreedyTokensWithAndWithoutKvCache) {
-  SONDE_REQUIRE_SHARED(std::string("golden/") + kQwen + ".h5");
+TEST_P(GenerateGoldenShared, QwenGreedyTokensWithAndWithoutKvCache) {
   for (const char* p : {"prompt5", "prompt19"})
     for (bool cache : {true, false}) {
       SCOPED_TRACE(std::string(p) + (cache ? " cached" : " recompute"));
@@ -49,8 +48,7 @@ TEST_P(GenerateGolden, QwenGreedyTokensWithAndWithoutKvCache) {
     }
 }
 
-TEST_P(GenerateGolden, DreamSequencesAndHistories) {
-  SONDE_REQUIRE_SHARED(std::string("golden/") + kDream + ".h5");
+TEST_P(GenerateGoldenShared, DreamSequencesAndHistories) {
   for (const char* p : {"prompt5", "prompt19"})
     for (auto [alg, steps] : {std::pair{"entropy", "16"}, std::pair{"maskgit_plus", "4"}}) {
       const std::string g = std::string("diffusion/") + p + "/" + alg + "_steps" + steps + "/";
@@ -69,8 +67,7 @@ TEST_P(GenerateGolden, DreamSequencesAndHistories) {
 }
 
 // prompt19 and prompt5 in one left-padded batch give each prompt's golden result.
-TEST_P(GenerateGolden, MixedLengthBatchEqualsSingleRuns) {
-  SONDE_REQUIRE_SHARED(std::string("golden/") + kDream + ".h5");
+TEST_P(GenerateGoldenShared, MixedLengthBatchEqualsSingleRuns) {
   std::vector<std::string> ids;
   for (const char* p : {"prompt19", "prompt5"}) ids.push_back(join_ids(as_ints(read_dataset(golden(kQwen), std::string("ar_greedy/") + p + "/prompt"))));
   const auto ar = generate_json({"--model", model_dir(kQwen), "--backend", GetParam(), "--ids", ids[0], "--ids", ids[1],
@@ -90,8 +87,7 @@ TEST_P(GenerateGolden, MixedLengthBatchEqualsSingleRuns) {
 }
 
 // One seed, one output: across runs, batch composition and (by the parameter) backends.
-TEST_P(GenerateGolden, SampledOutputDependsOnlyOnTheSeed) {
-  SONDE_REQUIRE_SHARED(std::string("golden/") + kQwen + ".h5");
+TEST_P(GenerateGoldenShared, SampledOutputDependsOnlyOnTheSeed) {
   const std::vector<std::string> common{"--model", model_dir(kQwen), "--backend", GetParam(), "--max-new-tokens", "12",
                                         "--temperature", "0.9", "--top-k", "50", "--top-p", "0.9", "--json"};
   auto with = [&](std::vector<std::string> extra) {
@@ -111,7 +107,7 @@ TEST_P(GenerateGolden, SampledOutputDependsOnlyOnTheSeed) {
   EXPECT_NE(single[0]["completion_ids"], other[0]["completion_ids"]);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, GenerateGolden, ::testing::ValuesIn(built_backends()),
+INSTANTIATE_TEST_SUITE_P(AllBackends, GenerateGoldenShared, ::testing::ValuesIn(built_backends()),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)
@@ -119,8 +115,7 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, GenerateGolden, ::testing::ValuesIn(built_
                            return n;
                          });
 
-TEST(GenerateBadRequests, ExitTwoWithAClearMessage) {
-  SONDE_REQUIRE_SHARED(std::string("golden/models/") + kDream);
+TEST(GenerateBadRequestsShared, ExitTwoWithAClearMessage) {
   struct Case {
     const char* model;
     std::vector<std::string> args;
@@ -146,8 +141,7 @@ TEST(GenerateBadRequests, ExitTwoWithAClearMessage) {
 
 // model-spec §1.3: cached output equals uncached output. Greedy tokens equal and every step's
 // last-slot logits agree within 1e-5 of their scale, for a single row and a left-padded batch.
-TEST(KvCache, CachedLogitsEqualFullRecompute) {
-  SONDE_REQUIRE_SHARED(std::string("golden/models/") + kQwen);
+TEST(KvCacheShared, CachedLogitsEqualFullRecompute) {
   for (const auto& backend : built_backends()) {
     SCOPED_TRACE(backend);
     auto session = Session::open(SessionOptions{model_dir(kQwen), backend, 1, plugin_root().string()});

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "h5_read.h"
+#include "made_models.h"
 #include "run_sonde.h"
 #include "test_paths.h"
 
@@ -50,10 +51,13 @@ std::vector<std::filesystem::path> gen_files() {
   return files;
 }
 
-std::vector<GenCase> cases() {
+// Files made from a ../shared checkpoint are instantiated as Shared/..., registered only when it
+// is present (tests/CMakeLists.txt).
+std::vector<GenCase> cases(bool shared) {
   std::vector<GenCase> out;
   const auto backends = built_backends();
   for (const auto& f : gen_files())
+    if ((f.stem().string().rfind("gen-shared-", 0) == 0) == shared)
     for (const auto& c : nlohmann::json::parse(read_string_attr(f, "generation_cases")))
       for (const auto& b : backends) out.push_back({f, c, b});
   return out;
@@ -88,13 +92,9 @@ std::filesystem::path model_for(const std::filesystem::path& file) {
       throw std::runtime_error(dir.string() + " is not the checkpoint " + file.filename().string() + " was made from");
     return made[file.string()] = dir;
   }
-  const auto dir = temp_dir() / file.stem();
-  std::filesystem::remove_all(dir);
-  std::vector<std::string> mm{"make-model"};
+  std::vector<std::string> mm;
   for (const auto& a : nlohmann::json::parse(read_string_attr(file, "make_model_args"))) mm.push_back(a.get<std::string>());
-  mm.insert(mm.end(), {"--out", dir.string()});
-  const auto r = run_sonde(mm);
-  if (r.exit_code != 0) throw std::runtime_error("make-model failed: " + r.output);
+  const auto dir = made_model_args(mm);
   if (sonde::sha256_file(dir / "model.safetensors") != read_string_attr(file, "model_sha256"))
     throw std::runtime_error("sonde make-model no longer produces the checkpoint " + file.filename().string() +
                              " was computed from; regenerate: /usr/bin/python3 "
@@ -186,13 +186,16 @@ TEST(GenerateOwnGoldenFiles, ArePresent) {
     EXPECT_FALSE(nlohmann::json::parse(read_string_attr(f, "generation_cases")).empty()) << f;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, GenerateOwnGolden, ::testing::ValuesIn(cases()), [](const auto& info) {
+std::string case_name(const ::testing::TestParamInfo<GenCase>& info) {
   std::string n = info.param.file.stem().string() + "_" + info.param.spec["name"].template get<std::string>() + "_" +
                   info.param.backend;
   for (char& ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
-});
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, GenerateOwnGolden, ::testing::ValuesIn(cases(false)), case_name);
+INSTANTIATE_TEST_SUITE_P(Shared, GenerateOwnGolden, ::testing::ValuesIn(cases(true)), case_name);
 
 }  // namespace
 }  // namespace sonde::test

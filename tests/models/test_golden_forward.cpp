@@ -23,11 +23,10 @@ std::vector<Case> cases() {
   return c;
 }
 
-class GoldenForward : public ::testing::TestWithParam<Case> {};
+class GoldenForwardShared : public ::testing::TestWithParam<Case> {};
 
-TEST_P(GoldenForward, MatchesLogitsHiddenStatesAndLayerOutputs) {
+TEST_P(GoldenForwardShared, MatchesLogitsHiddenStatesAndLayerOutputs) {
   const Case& c = GetParam();
-  SONDE_REQUIRE_SHARED("golden/" + c.model + ".h5");
   const auto golden = shared_dir() / "golden" / (c.model + ".h5");
   const std::string g = "forward/" + c.prompt + "/";
   const Array ids = read_dataset(golden, g + "input_ids");
@@ -56,7 +55,7 @@ TEST_P(GoldenForward, MatchesLogitsHiddenStatesAndLayerOutputs) {
         << "resid_post[" << i << "]";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, GoldenForward, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(AllBackends, GoldenForwardShared, ::testing::ValuesIn(cases()),
                          [](const auto& info) {
                            std::string n = info.param.backend + "_" + info.param.model + "_" + info.param.prompt;
                            for (char& ch : n)

@@ -25,7 +25,7 @@ std::string hex(const std::string& s) {
 class StockH5py : public ::testing::TestWithParam<DType> {};
 
 TEST_P(StockH5py, ReadsEveryDatasetWithTheExpectedValues) {
-  if (run_shell(std::string(kPython) + " -c 'import h5py'").first != 0) GTEST_SKIP() << kPython << " has no h5py";
+  SONDE_REQUIRE_PACKAGE(run_shell(std::string(kPython) + " -c 'import h5py'").first == 0, "python3-h5py");
   const DType storage = GetParam();
   const auto path = write_scenario_file(temp_dir(), storage);
   std::string command = std::string(kPython) + " " + SONDE_SINK_TEST_DIR "/check_h5py.py '" + path + "' " +

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -68,15 +69,27 @@ TEST(Hdf5SinkErrors, OutputDirectoryThatIsAFileIsBadInput) {
 }
 
 TEST(Hdf5SinkErrors, ReadOnlyOutputDirectoryIsBadInput) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root may write into a read-only directory";
   const auto dir = temp_dir() / "read-only";
   std::filesystem::create_directories(dir);
-  std::filesystem::permissions(dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  // Root writes through a directory's permissions, not through a read-only mount.
+  struct Unmount {
+    std::filesystem::path p;
+    bool mounted = false;
+    ~Unmount() {
+      if (mounted) ::umount(p.c_str());
+    }
+  } unmount{dir};
+  if (::geteuid() == 0) {
+    unmount.mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", MS_RDONLY, "size=1m") == 0;
+    if (!unmount.mounted) GTEST_SKIP() << "skipped: as root, a read-only tmpfs is needed and cannot be mounted";
+  } else {
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  }
   const auto path = (dir / "out.h5").string();
   auto sink = make_hdf5_sink();
   const auto msg = error_of([&] { sink->open(options_for(path, DType::f32), scenario_meta(), scenario_hooks()); },
                             ErrorKind::BadInput);
-  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  if (!unmount.mounted) std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
   EXPECT_THAT(msg, AllOf(HasSubstr(path), HasSubstr("not writable")));
 }
 

@@ -118,8 +118,7 @@ const Reference& reference_for(DType storage, bool diffusion) {
   static std::map<std::pair<DType, bool>, Reference> made;
   auto& ref = made[{storage, diffusion}];
   if (!ref.path.empty()) return ref;
-  const auto dir = std::filesystem::temp_directory_path() / "sonde-tests" / ("kill-reference-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const auto dir = process_temp_dir();
   Child c;
   c.storage = storage;
   c.diffusion = diffusion;
@@ -278,8 +277,8 @@ TEST(FullDisk, WriterErrorSurfacesAsAClearErrorAndTheCommittedPrefixSurvives) {
 }
 
 TEST(StockH5pyAfterKill, ReadsTheCommittedPrefixAfterH5clearAndTheResumedFileWhole) {
-  if (run_shell(std::string(kPython) + " -c 'import h5py'").first != 0) GTEST_SKIP() << kPython << " has no h5py";
-  if (run_shell("h5clear --version").first != 0) GTEST_SKIP() << "h5clear (hdf5-tools) is not installed";
+  SONDE_REQUIRE_PACKAGE(run_shell(std::string(kPython) + " -c 'import h5py'").first == 0, "python3-h5py");
+  SONDE_REQUIRE_PACKAGE(run_shell("h5clear --version").first == 0, "hdf5-tools (h5clear)");
   const Reference& ref = reference_for(DType::bf16, true);
   const auto dir = temp_dir();
   Child c;

@@ -230,10 +230,34 @@ TEST(GenerationConfig, WrongTypes) {
   EXPECT_THAT(generation_error("not json"), HasSubstr("gen.json: not valid JSON"));
 }
 
+// ---- the upstream Dream-v0-Instruct-7B config (tests/data/qwen2.5-tokenizer/dream) ----------
+
+TEST(UpstreamConfig, DreamInstruct7B) {
+  const auto c = sonde::ModelConfig::load(sonde::test::data_dir() / "qwen2.5-tokenizer/dream");
+  // Values from the Hugging Face files as documented in ../shared/fixtures/qwen2.5-tokenizer/README.md.
+  EXPECT_EQ(c.model_type, "Dream");
+  EXPECT_EQ(c.hidden_size, 3584);
+  EXPECT_EQ(c.num_hidden_layers, 28);
+  EXPECT_EQ(c.num_attention_heads, 28);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.vocab_size, 152064);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.mask_token_id, 151666);
+  EXPECT_EQ(c.bos_token_id, 151643);
+  EXPECT_EQ(c.pad_token_id, 151643);
+  EXPECT_EQ(c.eos_token_ids, std::vector<std::int64_t>{151643});
+  EXPECT_EQ(c.generation.alg, "origin");
+  EXPECT_EQ(c.generation.steps, 512);
+  EXPECT_DOUBLE_EQ(*c.generation.eps, 0.001);
+  EXPECT_DOUBLE_EQ(*c.generation.temperature, 0.0);
+  EXPECT_FALSE(c.generation.mask_token_id.has_value());
+}
+
 // ---- golden configs (../shared) ------------------------------------------------------------
 
-TEST(GoldenConfig, TinyQwen2) {
-  SONDE_REQUIRE_SHARED("golden/models/tiny-qwen2-float32-v2048/config.json");
+TEST(GoldenConfigShared, TinyQwen2) {
   const auto c = sonde::ModelConfig::load(sonde::test::shared_dir() / "golden/models/tiny-qwen2-float32-v2048");
   // Values from golden/README.md: hidden 64, 2 layers, 4 heads, 2 KV heads (head dim 16), ...
   EXPECT_EQ(c.model_type, "qwen2");
@@ -254,8 +278,7 @@ TEST(GoldenConfig, TinyQwen2) {
   EXPECT_EQ(c.generation.eos_token_ids, std::vector<std::int64_t>{2047});
 }
 
-TEST(GoldenConfig, TinyDream) {
-  SONDE_REQUIRE_SHARED("golden/models/tiny-dream-float32-v2048/config.json");
+TEST(GoldenConfigShared, TinyDream) {
   const auto c = sonde::ModelConfig::load(sonde::test::shared_dir() / "golden/models/tiny-dream-float32-v2048");
   // README: Dream bos = eos = pad = 2046, mask_token_id = 2047; untied.
   EXPECT_EQ(c.model_type, "Dream");

@@ -407,8 +407,7 @@ constexpr const char* kDream = "golden/models/tiny-dream-float32-v2048";
 // Names per layer from model-spec §1.2: 3 projections with bias, o_proj, 2 norms, 3 MLP mats.
 constexpr std::size_t kTensorsPerLayer = 12;
 
-TEST(GoldenWeights, Qwen2ShapesFromTheSpec) {
-  SONDE_REQUIRE_SHARED(kQwen);
+TEST(GoldenWeightsShared, Qwen2ShapesFromTheSpec) {
   const auto ws = sonde::WeightSource::open(sonde::test::shared_dir() / kQwen);
   const std::int64_t V = 2048, H = 64, nh = 4, nkv = 2, d = 16, I = 128;
   EXPECT_EQ(ws.info("model.embed_tokens.weight").shape, sonde::Shape({V, H}));
@@ -422,8 +421,7 @@ TEST(GoldenWeights, Qwen2ShapesFromTheSpec) {
   EXPECT_EQ(ws.size(), 2 + 2 * kTensorsPerLayer);
 }
 
-TEST(GoldenWeights, DreamHasAnLmHead) {
-  SONDE_REQUIRE_SHARED(kDream);
+TEST(GoldenWeightsShared, DreamHasAnLmHead) {
   const auto ws = sonde::WeightSource::open(sonde::test::shared_dir() / kDream);
   EXPECT_EQ(ws.info("lm_head.weight").shape, sonde::Shape({2048, 64}));
   EXPECT_EQ(ws.info("model.embed_tokens.weight").shape, sonde::Shape({2048, 64}));

@@ -1,5 +1,6 @@
-// The Qwen2.5 tokenizer against the shared fixtures: cases.jsonl (ids, decoded text, round trip)
-// and llama.cpp's vectors, plus UTF-8 handling of encode, decode and the streaming decoder.
+// The Qwen2.5 tokenizer on the real vocabulary in tests/data/qwen2.5-tokenizer: cases.jsonl (ids,
+// decoded text, round trip) and llama.cpp's vectors, plus UTF-8 handling of encode, decode and the
+// streaming decoder. ../shared's assembled tokenizer.json is checked on top (TokenizerQwenShared).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 
 #include "sonde/error.h"
 #include "sonde/tokenizer.h"
+#include "qwen_tokenizer.h"
 #include "test_paths.h"
 
 namespace sonde {
@@ -19,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path fixture_dir() { return test::shared_dir() / "fixtures/qwen2.5-tokenizer"; }
+fs::path fixture_dir() { return test::own_tokenizer_data(); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -32,7 +34,7 @@ std::string slurp(const fs::path& p) {
 const Tokenizer& qwen() {
   static const Tokenizer tok = [] {
     const auto t0 = std::chrono::steady_clock::now();
-    Tokenizer t = Tokenizer::load(fixture_dir());
+    Tokenizer t = Tokenizer::load(test::qwen_tokenizer_dirs().fast);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::cout << "[ info ] tokenizer.json loaded in " << ms << " ms\n";
     return t;
@@ -68,7 +70,6 @@ bool valid_utf8(std::string_view s) {
 }
 
 TEST(TokenizerQwen, CasesJsonlIdsDecodedAndRoundTrip) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
   const auto cases = read_cases();
   ASSERT_EQ(cases.size(), 68u);
   for (const json& c : cases) {
@@ -86,7 +87,6 @@ TEST(TokenizerQwen, CasesJsonlIdsDecodedAndRoundTrip) {
 }
 
 TEST(TokenizerQwen, LlamaCppVectors) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer/llamacpp-vectors");
   const std::string inp = slurp(fixture_dir() / "llamacpp-vectors/ggml-vocab-qwen2.gguf.inp");
   const std::string marker = "\n__ggml_vocab_test__\n";
   std::vector<std::string> inputs;
@@ -113,7 +113,6 @@ TEST(TokenizerQwen, LlamaCppVectors) {
 }
 
 TEST(TokenizerQwen, KnownIdsFromTheReadme) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
   EXPECT_THAT(qwen().encode("<|im_start|>user\nhi<|im_end|>"), testing::ElementsAre(151644, 872, 198, 6023, 151645));
   EXPECT_THAT(qwen().encode("\xF0\x9F\x98\x8A"), testing::ElementsAre(144236));
   EXPECT_EQ(qwen().token_id("<|endoftext|>"), 151643);
@@ -127,7 +126,6 @@ TEST(TokenizerQwen, KnownIdsFromTheReadme) {
 }
 
 TEST(TokenizerQwen, DecodeSkipsSpecialTokensOnRequest) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
   const std::vector<std::int32_t> ids = {151644, 872, 198, 6023, 151645, 151657};
   EXPECT_EQ(qwen().decode(ids), "<|im_start|>user\nhi<|im_end|><tool_call>");
   EXPECT_EQ(qwen().decode(ids, true), "user\nhi<tool_call>");
@@ -136,7 +134,6 @@ TEST(TokenizerQwen, DecodeSkipsSpecialTokensOnRequest) {
 }
 
 TEST(TokenizerQwen, InvalidUtf8InputIsBadInputNamingTheOffset) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
   for (const auto& [text, offset] : std::vector<std::pair<std::string, int>>{
            {"ab\xFF" "cd", 2}, {"\xC0\xAF", 0}, {"x\xED\xA0\x80", 1}, {"hi \xE4\xBD", 3}, {"\xF4\x90\x80\x80", 0}}) {
     try {
@@ -172,7 +169,6 @@ TEST(TokenizerUtf8, ReplacementFollowsMaximalSubparts) {
 }
 
 TEST(TokenizerQwen, DecodeOfPartialByteTokensShowsReplacement) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
   // "你" is E4 BD A0; its first two bytes alone decode to one U+FFFD, as in Python.
   const std::vector<std::int32_t> ids = {*qwen().token_id("\xC3\xA4"), *qwen().token_id("\xC2\xBD")};
   EXPECT_EQ(qwen().token_bytes(ids[0]), "\xE4");
@@ -180,7 +176,6 @@ TEST(TokenizerQwen, DecodeOfPartialByteTokensShowsReplacement) {
 }
 
 TEST(TokenizerQwen, StreamDecoderNeverEmitsHalfACharacter) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
   const std::string text =
       "数据科学家说：\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 家族 "
       "\xF0\x9F\x87\xAF\xF0\x9F\x87\xB5 東京 <|im_end|> 한국어 ok";
@@ -203,7 +198,6 @@ TEST(TokenizerQwen, StreamDecoderNeverEmitsHalfACharacter) {
 }
 
 TEST(TokenizerUtf8, StreamDecoderFlushesInvalidBytes) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
   const auto e4 = *qwen().token_id("\xC3\xA4");  // byte E4, a 3-byte lead
   const auto a = *qwen().token_id("a");
   StreamDecoder stream(qwen());
@@ -214,7 +208,6 @@ TEST(TokenizerUtf8, StreamDecoderFlushesInvalidBytes) {
 }
 
 TEST(TokenizerQwen, EncodeIsThreadSafe) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
   const auto cases = read_cases();
   std::vector<std::thread> threads;
   std::vector<int> failures(4, 0);
@@ -229,7 +222,6 @@ TEST(TokenizerQwen, EncodeIsThreadSafe) {
 }
 
 TEST(TokenizerQwen, LongRunsUseTheHeapMergeAndAgreeWithShortOnes) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
   // A 5000-letter word goes through the O(n log n) merge; it must decode back exactly, and
   // a 40-letter word (small path) must match the prefix pattern of repeated merges.
   const std::string long_word(5000, 'a');
@@ -241,6 +233,17 @@ TEST(TokenizerQwen, LongRunsUseTheHeapMergeAndAgreeWithShortOnes) {
   EXPECT_EQ(qwen().decode(qwen().encode(mixed)), mixed);
   const std::string spaces(100000, ' ');
   EXPECT_EQ(qwen().decode(qwen().encode(spaces)), spaces);
+}
+
+// The team's assembled tokenizer.json (../shared) against the one the tests assemble.
+TEST(TokenizerQwenShared, SharedTokenizerJsonGivesTheSameIds) {
+  const Tokenizer shared = Tokenizer::load(test::shared_dir() / "fixtures/qwen2.5-tokenizer");
+  EXPECT_EQ(shared.vocab_size(), qwen().vocab_size());
+  for (const json& c : read_cases()) {
+    const std::string text = c["text"];
+    EXPECT_EQ(shared.encode(text), qwen().encode(text)) << text;
+    EXPECT_EQ(shared.encode(text), c["ids"].get<std::vector<std::int32_t>>()) << text;
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "sonde/chat.h"
 #include "sonde/error.h"
 #include "sonde/tokenizer.h"
+#include "qwen_tokenizer.h"
 #include "test_paths.h"
 
 namespace sonde {
@@ -44,8 +45,7 @@ TEST(ChatTemplate, QwenUsesItsOwnDefaultSystem) {
 }
 
 TEST(ChatTemplate, DetectsTheFamilyFromTemplateText) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer/dream");
-  std::ifstream in(test::shared_dir() / "fixtures/qwen2.5-tokenizer/dream/tokenizer_config.json");
+  std::ifstream in(test::own_tokenizer_data() / "dream/tokenizer_config.json");
   const std::string dream = nlohmann::json::parse(in)["chat_template"];
   EXPECT_EQ(detect_chat_family(dream), ChatFamily::Dream);
   // Qwen2.5-Instruct's template is Dream's with its own default system text (fixture README).
@@ -79,8 +79,7 @@ TEST(ChatTemplate, UnrecognisedTemplatesAndBadMessagesAreBadInput) {
 }
 
 TEST(ChatTemplate, RenderedPromptTokenizesWithSpecialTokens) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
-  const Tokenizer t = Tokenizer::load(test::shared_dir() / "fixtures/qwen2.5-tokenizer");
+  const Tokenizer t = Tokenizer::load(test::qwen_tokenizer_dirs().fast);
   const auto ids = t.encode(apply_chat_template(kHi, ChatFamily::Dream, true));
   EXPECT_EQ(ids.front(), 151644);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 151644), 3);

@@ -9,6 +9,7 @@
 
 #include "sonde/error.h"
 #include "sonde/tokenizer.h"
+#include "qwen_tokenizer.h"
 #include "test_paths.h"
 
 namespace sonde {
@@ -17,7 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path fixture_dir() { return test::shared_dir() / "fixtures/qwen2.5-tokenizer"; }
+fs::path fixture_dir() { return test::own_tokenizer_data(); }
 
 void write(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary);
@@ -50,8 +51,7 @@ fs::path dream_dir(bool with_version_header) {
 }
 
 TEST(TokenizerLoad, SlowLayoutGivesTheSameIdsAsTokenizerJson) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer/dream");
-  const Tokenizer fast = Tokenizer::load(fixture_dir());
+  const Tokenizer fast = Tokenizer::load(test::qwen_tokenizer_dirs().fast);
   for (bool header : {false, true}) {
     const Tokenizer slow = Tokenizer::load(dream_dir(header));
     for (const std::string& text : case_texts()) {
@@ -65,7 +65,6 @@ TEST(TokenizerLoad, SlowLayoutGivesTheSameIdsAsTokenizerJson) {
 }
 
 TEST(TokenizerLoad, DreamHasBeginOfTextAndMask) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer/dream");
   const Tokenizer dream = Tokenizer::load(dream_dir(false));
   EXPECT_EQ(dream.token_id("<|beginoftext|>"), 151665);
   EXPECT_EQ(dream.token_id("<|mask|>"), 151666);
@@ -79,7 +78,6 @@ TEST(TokenizerLoad, DreamHasBeginOfTextAndMask) {
 }
 
 TEST(TokenizerLoad, DreamTokensFromAddedTokensJsonAlone) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer/dream");
   const fs::path dir = test::temp_dir();
   fs::create_symlink(fixture_dir() / "vocab.json", dir / "vocab.json");
   fs::create_symlink(fixture_dir() / "merges.txt", dir / "merges.txt");
@@ -169,7 +167,6 @@ TEST(TokenizerLoad, BadFilesAreBadInputNamingTheProblem) {
 }
 
 TEST(TokenizerLoad, MalformedMergesTxtNamesTheLine) {
-  SONDE_REQUIRE_SHARED("fixtures/qwen2.5-tokenizer");
   const fs::path dir = test::temp_dir();
   fs::create_symlink(fixture_dir() / "vocab.json", dir / "vocab.json");
   write(dir / "merges.txt", "#version: 0.2\nĠ t\nthree parts here\n");
