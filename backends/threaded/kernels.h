@@ -36,6 +36,11 @@ struct Kernels {
   // y[m*ldy + n] = sum_k x[m*ldx + k] * W[n,k] for m < M, n0 <= n < n1 (f32 accumulation).
   void (*gemv)(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
                std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
+  // y[m*ldy + n] = sum_k x[m*ldx + k] * P[n*K + k] for m < M, n < N, P an f32 panel in cache,
+  // each output summed exactly as gemv sums it (bit-identical); scratch holds
+  // kGemmPanelScratch floats per x row (up to 48 rows at a time). Null: gemv on the panel.
+  void (*gemm_panel)(const float* x, std::int64_t M, std::int64_t ldx, const float* P, std::int64_t N, std::int64_t K,
+                     float* y, std::int64_t ldy, float* scratch);
   // panel[k*nr + j] = f32(W[n0+j, k0+k]) for k < kc, j < nvalid; 0 for nvalid <= j < nr.
   void (*pack)(const void* W, WType wt, std::int64_t K, std::int64_t n0, std::int64_t nvalid, std::int64_t k0,
                std::int64_t kc, float* panel);
@@ -63,11 +68,16 @@ struct Kernels {
   void (*add)(const float* a, const float* b, float* y, std::int64_t n);
 };
 
+constexpr std::int64_t kGemmPanelScratch = 8 * 32;
+
 // The GEMV entries of the SIMD tables (own TUs: gemv_avx512.cpp, gemv_avx2.cpp).
 void gemv_avx512(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
                  std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
 void gemv_avx2(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
                std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
+
+void gemm_panel_avx512(const float* x, std::int64_t M, std::int64_t ldx, const float* P, std::int64_t N,
+                       std::int64_t K, float* y, std::int64_t ldy, float* scratch);
 
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();

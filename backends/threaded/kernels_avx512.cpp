@@ -265,26 +265,27 @@ inline __m512 sum16(const __m512 (&a)[16]) {
   return _mm512_permutexvar_ps(key_order, w);
 }
 
-// Keys in blocks of 16: each key's products summed lane-wise over d, then the block's 16 sums
-// folded at once (sum16); the keys left over go through dot.
+// Keys in groups of 16: each key's products summed lane-wise over d, then the group's 16 sums
+// folded at once (sum16). A last group of fewer keys is folded the same way with zero sums in
+// the unused slots, so a key's score does not depend on n or on its place in the block (a
+// prompt's scores are the same alone and in a padded batch).
 float dots(const float* q, const float* k, i64 ks, i64 n, i64 d, float* s) {
   __m512 top16 = _mm512_set1_ps(-__builtin_inff());
-  i64 u = 0;
-  for (; u + 16 <= n; u += 16) {
+  for (i64 u = 0; u < n; u += 16) {
+    const int keys = n - u < 16 ? static_cast<int>(n - u) : 16;
     __m512 acc[16];
     for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
     for (i64 i = 0; i < d; i += 16) {
       const __mmask16 m = lanes(d - i);
       const __m512 qi = _mm512_maskz_loadu_ps(m, q + i);
-      for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qi, _mm512_maskz_loadu_ps(m, k + (u + j) * ks + i), acc[j]);
+      for (int j = 0; j < keys; ++j) acc[j] = _mm512_fmadd_ps(qi, _mm512_maskz_loadu_ps(m, k + (u + j) * ks + i), acc[j]);
     }
     const __m512 block = sum16(acc);
-    _mm512_storeu_ps(s + u, block);
-    top16 = _mm512_max_ps(top16, block);
+    const __mmask16 valid = lanes(keys);
+    _mm512_mask_storeu_ps(s + u, valid, block);
+    top16 = _mm512_mask_max_ps(top16, valid, top16, block);
   }
-  float top = _mm512_reduce_max_ps(top16);
-  for (; u < n; ++u) top = std::max(top, s[u] = dot(q, k + u * ks, d));
-  return top;
+  return _mm512_reduce_max_ps(top16);
 }
 
 // Up to 64 columns of acc stay in four registers across the keys (the FMAs are axpy's, in the
@@ -373,7 +374,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx512() {
-  static const Kernels k{"avx512", kMr, kNr, gemv_avx512, pack, micro, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
+  static const Kernels k{"avx512", kMr, kNr, gemv_avx512, gemm_panel_avx512, pack, micro, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
   return k;
 }
 
