@@ -36,6 +36,7 @@ mkdir -p "$dir"
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); threaded, $threads threads, weights $weights, best of $repeat"
 gemm_json=$("$gemm_bench" --backends threaded --threads "$threads" --repeat "$repeat" --json | tail -1)
+echo "$gemm_json" >"$dir/last-gemm.json"
 runs=()
 bench() { "$sonde" bench --backend threaded --threads "$threads" --weights "$weights" --repeat "$repeat" --json "$@"; }
 for L in ${lengths//,/ }; do runs+=("$(bench --model "$dir/qwen" --mode prefill --tokens "$L")"); done
@@ -80,7 +81,7 @@ for r in runs:
     total, att = flops(r["mode"], T, r.get("prompt_tokens", 0) + T // 2)
     per_s = 1 / r["seconds"] if r["mode"] != "decode" else r["tokens_per_s"]
     g = total * per_s / 1e9
-    name = {"prefill": f"prefill {T}", "diffusion-step": f"dream step {T}", "decode": f"decode after {r['prompt_tokens']}"}[r["mode"]]
+    name = {"prefill": f"prefill {T}", "diffusion-step": f"dream step {T}", "decode": f"decode after {r.get('prompt_tokens')}"}[r["mode"]]
     tq = torch.get(str(T)) if r["mode"] == "prefill" else None
     print(f"{name:<26}{r['tokens_per_s']:>10.1f}{r['median_tokens_per_s']:>10.1f}{g:>10.1f}{g / gemm_rate:>9.2f}"
           f"{100 * att / total:>7.1f}%{(f'{tq:.1f}' if tq else '-'):>13}")
