@@ -21,7 +21,10 @@ PyTorch, decode >= 4x PyTorch, GEMM >= 70% of sgemm, decode >= 80% of the bandwi
 
 usage: /usr/bin/python3 bench/vs_pytorch.py [--model DIR] [--sonde PATH] [--backend NAME]
          [--threads 2] [--prefill-tokens 512] [--decode-tokens 64] [--prompt-tokens 128]
-         [--repeat 3] [--no-gemm]
+         [--repeat 3] [--no-gemm] [--lengths 16,64,128,...] [--json]
+
+--lengths: instead, prefill only, sonde and PyTorch at each length (tokens/s and the ratio);
+with --json the last line is {"<length>": PyTorch tokens/s, ...} (bench/shapes.sh --torch reads it).
 """
 import argparse
 import json
@@ -201,6 +204,8 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-gemm", action="store_true", help="skip gemm_bench (the GEMM ratio)")
+    ap.add_argument("--lengths", help="prefill only, at these lengths (comma-separated)")
+    ap.add_argument("--json", action="store_true", help="with --lengths: end with PyTorch's tokens/s as JSON")
     a = ap.parse_args()
     sonde = find_sonde(a.sonde)
     tmp = None
@@ -212,10 +217,30 @@ def main():
         subprocess.run([sonde, "make-model", "--arch", "qwen2", "--preset", "qwen2.5-0.5b", "--dtype", "bf16",
                         "--out", model], check=True, stdout=subprocess.DEVNULL)
     try:
-        run(a, sonde, model)
+        if a.lengths:
+            run_lengths(a, sonde, model)
+        else:
+            run(a, sonde, model)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_lengths(a, sonde, model):
+    lengths = [int(x) for x in a.lengths.split(",") if x]
+    torch.set_num_threads(a.threads)
+    print(f"load average {os.getloadavg()[0]:.2f}; {a.threads} threads; prefill, best of {a.repeat} after a warm-up",
+          flush=True)
+    tm = TorchQwen2(model)
+    print(f"{'tokens':>8} {'sonde tok/s':>12} {'PyTorch tok/s':>14} {'ratio':>8}")
+    torch_rates = {}
+    for n in lengths:
+        s = sonde_bench(sonde, model, a.backend, a.threads, "prefill", n, 0, a.repeat)["tokens_per_s"]
+        t = n / torch_prefill(tm, n, a.repeat)[0]
+        torch_rates[str(n)] = t
+        print(f"{n:>8} {s:>12.1f} {t:>14.1f} {s / t:>7.2f}x", flush=True)
+    if a.json:
+        print(json.dumps(torch_rates))
 
 
 def run(a, sonde, model):

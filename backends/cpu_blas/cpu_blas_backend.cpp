@@ -19,7 +19,7 @@ void CpuBlasBackend::init(const BackendOptions& options) {
 }
 
 BackendInfo CpuBlasBackend::info() const {
-  return {"cpu-blas", "f32 on the CPU: OpenBLAS GEMM/GEMV, Eigen and plain loops", openblas_get_num_threads()};
+  return {"cpu-blas", "f32 on the CPU: OpenBLAS GEMM/GEMV, Eigen and plain loops; not batch-invariant (last bits vary with the micro-batch)", openblas_get_num_threads()};
 }
 
 bool CpuBlasBackend::supports(const Node& node, std::span<const DType> input_dtypes) const {

@@ -81,6 +81,20 @@ template <WType T, int M, int R> struct Block {
     }
   }
 
+  // A full step on f32 rows in cache, one 16-lane half at a time: 3 x vectors live instead of 6,
+  // and each W vector feeds its FMAs straight from L1, so 24 accumulators fit the registers. The
+  // same FMAs into the same accumulators as step<true>.
+  inline void step_f32(const float* x, i64 ldx, const char* base, i64 stride, i64 k) {
+    for (int h = 0; h < 2; ++h) {
+      __m512 xv[M];
+      for (int m = 0; m < M; ++m) xv[m] = _mm512_loadu_ps(x + m * ldx + k + 16 * h);
+      for (int r = 0; r < R; ++r) {
+        const __m512 w = _mm512_loadu_ps(reinterpret_cast<const float*>(base + r * stride) + k + 16 * h);
+        for (int m = 0; m < M; ++m) acc[m][r][h] = _mm512_fmadd_ps(w, xv[m], acc[m][r][h]);
+      }
+    }
+  }
+
   // Prefetches the lines kAhead bytes past offset `off` of every row (on into its stream's next row).
   inline void prefetch(const char* base, i64 stride, i64 off) const {
     for (int r = 0; r < R; ++r) {
@@ -92,14 +106,44 @@ template <WType T, int M, int R> struct Block {
 
   // y[m * ldy + r * ystride] for rows base + r * stride, K elements each.
   void run(const float* x, i64 ldx, const char* base, i64 stride, i64 K, float* y, i64 ldy, i64 ystride) {
-    for (int m = 0; m < M; ++m)
-      for (int r = 0; r < R; ++r) acc[m][r][0] = acc[m][r][1] = _mm512_setzero_ps();
+    zero();
     i64 k = 0;
     for (; k + kStep <= K; k += kStep) {
       prefetch(base, stride, k * esize<T>());
       step<true>(x, ldx, base, stride, k, kStep);
     }
     if (k < K) step<false>(x, ldx, base, stride, k, K - k);
+    finish(y, ldy, ystride);
+  }
+
+  void zero() {
+    for (int m = 0; m < M; ++m)
+      for (int r = 0; r < R; ++r) acc[m][r][0] = acc[m][r][1] = _mm512_setzero_ps();
+  }
+  // The accumulators of (x row m, W row r) at s + (m * sld + r) * 32, unreduced: a K block's
+  // partial sums carry into the next block without a change of order.
+  void load(const float* s, i64 sld) {
+    for (int m = 0; m < M; ++m)
+      for (int r = 0; r < R; ++r) {
+        acc[m][r][0] = _mm512_loadu_ps(s + (m * sld + r) * 32);
+        acc[m][r][1] = _mm512_loadu_ps(s + (m * sld + r) * 32 + 16);
+      }
+  }
+  void store(float* s, i64 sld) const {
+    for (int m = 0; m < M; ++m)
+      for (int r = 0; r < R; ++r) {
+        _mm512_storeu_ps(s + (m * sld + r) * 32, acc[m][r][0]);
+        _mm512_storeu_ps(s + (m * sld + r) * 32 + 16, acc[m][r][1]);
+      }
+  }
+  // Steps over [k0, k1) of K (k0 a multiple of kStep; k1 too, or K), no prefetch (an in-cache panel).
+  void steps(const float* x, i64 ldx, const char* base, i64 stride, i64 k0, i64 k1) {
+    i64 k = k0;
+    static_assert(T == WType::f32);
+    for (; k + kStep <= k1; k += kStep) step_f32(x, ldx, base, stride, k);
+    if (k < k1) step<false>(x, ldx, base, stride, k, k1 - k);
+  }
+  void finish(float* y, i64 ldy, i64 ystride) const {
     for (int m = 0; m < M; ++m)
       for (int r = 0; r < R; ++r) y[m * ldy + r * ystride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][r][0], acc[m][r][1]));
   }
@@ -131,7 +175,54 @@ template <WType T> void gemv_t(const float* x, i64 M, i64 ldx, const void* W, i6
   }
 }
 
+// The GEMM on an f32 panel P (N rows of K, row-major) in cache: the same Block steps as the GEMV,
+// so every output is summed in the GEMV's order, with the operands blocked for reuse: per chunk
+// of kPanelRows W rows and K block of kKb elements (16 KB: L1), each group of 3 x rows runs
+// against the chunk's rows 4 at a time, its partial sums carried between K blocks in `scratch`.
+constexpr i64 kPanelRows = 8, kKb = 1024, kXChunk = 48;
+
+template <int MG> void panel_group(const float* x, i64 ldx, const float* P, i64 K, i64 r0, i64 r1, i64 k0, i64 k1,
+                                   float* y, i64 ldy, float* s) {
+  const char* base = reinterpret_cast<const char*>(P);
+  const i64 rowbytes = K * 4;
+  const bool first = k0 == 0, last = k1 == K;
+  i64 r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    Block<WType::f32, MG, 4> b;
+    if (first) b.zero(); else b.load(s + (r - r0) * 32, kPanelRows);
+    b.steps(x, ldx, base + r * rowbytes, rowbytes, k0, k1);
+    if (last) b.finish(y + r, ldy, 1); else b.store(s + (r - r0) * 32, kPanelRows);
+  }
+  for (; r < r1; ++r) {
+    Block<WType::f32, MG, 1> b;
+    if (first) b.zero(); else b.load(s + (r - r0) * 32, kPanelRows);
+    b.steps(x, ldx, base + r * rowbytes, rowbytes, k0, k1);
+    if (last) b.finish(y + r, ldy, 1); else b.store(s + (r - r0) * 32, kPanelRows);
+  }
+}
+
 }  // namespace
+
+// scratch: kXChunk * kPanelRows * 32 floats.
+void gemm_panel_avx512(const float* x, i64 M, i64 ldx, const float* P, i64 N, i64 K, float* y, i64 ldy, float* scratch) {
+  for (i64 m0 = 0; m0 < M; m0 += kXChunk) {
+    const i64 m1 = m0 + kXChunk < M ? m0 + kXChunk : M;
+    for (i64 r0 = 0; r0 < N; r0 += kPanelRows) {
+      const i64 r1 = r0 + kPanelRows < N ? r0 + kPanelRows : N;
+      for (i64 k0 = 0; k0 < K; k0 += kKb) {
+        const i64 k1 = k0 + kKb < K ? k0 + kKb : K;
+        for (i64 m = m0; m < m1;) {
+          float* s = scratch + (m - m0) * kPanelRows * 32;
+          const float* xm = x + m * ldx;
+          float* ym = y + m * ldy;
+          if (m1 - m >= 3) panel_group<3>(xm, ldx, P, K, r0, r1, k0, k1, ym, ldy, s), m += 3;
+          else if (m1 - m == 2) panel_group<2>(xm, ldx, P, K, r0, r1, k0, k1, ym, ldy, s), m += 2;
+          else panel_group<1>(xm, ldx, P, K, r0, r1, k0, k1, ym, ldy, s), m += 1;
+        }
+      }
+    }
+  }
+}
 
 void gemv_avx512(const float* x, i64 M, i64 ldx, const void* W, WType wt, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
   switch (wt) {

@@ -31,17 +31,15 @@ struct Q8Act {
 
 struct Kernels {
   const char* name;
-  int mr, nr;  // GEMM register tile: mr rows of x by nr columns of W
 
   // y[m*ldy + n] = sum_k x[m*ldx + k] * W[n,k] for m < M, n0 <= n < n1 (f32 accumulation).
   void (*gemv)(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
                std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
-  // panel[k*nr + j] = f32(W[n0+j, k0+k]) for k < kc, j < nvalid; 0 for nvalid <= j < nr.
-  void (*pack)(const void* W, WType wt, std::int64_t K, std::int64_t n0, std::int64_t nvalid, std::int64_t k0,
-               std::int64_t kc, float* panel);
-  // y[m*ldy + j] (+)= sum_{k<kc} x[m*ldx + k] * panel[k*nr + j] for m < mr (<= Kernels::mr), j < nvalid.
-  void (*micro)(const float* x, std::int64_t ldx, int mr, const float* panel, std::int64_t kc, float* y,
-                std::int64_t ldy, std::int64_t nvalid, bool accumulate);
+  // y[m*ldy + n] = sum_k x[m*ldx + k] * P[n*K + k] for m < M, n < N, P an f32 panel in cache,
+  // each output summed exactly as gemv sums it (bit-identical); scratch holds
+  // kGemmPanelScratch floats per x row (up to 48 rows at a time). Null: gemv on the panel.
+  void (*gemm_panel)(const float* x, std::int64_t M, std::int64_t ldx, const float* P, std::int64_t N, std::int64_t K,
+                     float* y, std::int64_t ldy, float* scratch);
   // y[m*ldy + n] = sum_b xs[m,b] ws[n,b] sum_{k in b} xq[m,k] wq[n,k] for m < M, n0 <= n < n1.
   void (*q8_gemv)(const Q8Act& x, std::int64_t M, const Q8Rows& w, std::int64_t n0, std::int64_t n1, float* y,
                   std::int64_t ldy);
@@ -63,11 +61,16 @@ struct Kernels {
   void (*add)(const float* a, const float* b, float* y, std::int64_t n);
 };
 
+constexpr std::int64_t kGemmPanelScratch = 8 * 32;
+
 // The GEMV entries of the SIMD tables (own TUs: gemv_avx512.cpp, gemv_avx2.cpp).
 void gemv_avx512(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
                  std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
 void gemv_avx2(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
                std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
+
+void gemm_panel_avx512(const float* x, std::int64_t M, std::int64_t ldx, const float* P, std::int64_t N,
+                       std::int64_t K, float* y, std::int64_t ldy, float* scratch);
 
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();

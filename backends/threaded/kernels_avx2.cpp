@@ -11,91 +11,10 @@ namespace {
 
 using i64 = std::int64_t;
 
-// 8 weights from element index i widened to f32 (bf16: exact 16-bit shift; f16: vcvtph2ps).
-template <WType T> inline __m256 ld(const void* W, i64 i) {
-  if constexpr (T == WType::f32) {
-    return _mm256_loadu_ps(static_cast<const float*>(W) + i);
-  } else {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(W) + i));
-    if constexpr (T == WType::bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    return _mm256_cvtph_ps(h);
-  }
-}
-
-// The first n (< 8) elements, zero beyond: copied through a small buffer (AVX2 has no masked
-// 16-bit load, and reading past the end of a mapped weight is not allowed).
-template <WType T> inline __m256 ld_tail(const void* W, i64 i, i64 n) {
-  if constexpr (T == WType::f32) {
-    alignas(32) float b[8] = {};
-    for (i64 j = 0; j < n; ++j) b[j] = static_cast<const float*>(W)[i + j];
-    return _mm256_load_ps(b);
-  } else {
-    alignas(16) std::uint16_t b[8] = {};
-    for (i64 j = 0; j < n; ++j) b[j] = static_cast<const std::uint16_t*>(W)[i + j];
-    return ld<T>(b, 0);
-  }
-}
-
 inline float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
-constexpr int kMr = 6, kNr = 16;
-
-// panel[k][16] from 16 rows of W: each row's 8 k-values are widened into a tile, then copied down.
-template <WType T> void pack_t(const void* W, i64 K, i64 n0, i64 nvalid, i64 k0, i64 kc, float* panel) {
-  alignas(32) float tile[kNr][8];
-  for (i64 k = 0; k < kc; k += 8) {
-    const i64 c = kc - k < 8 ? kc - k : 8;
-    for (i64 j = 0; j < kNr; ++j) {
-      const i64 at = (n0 + j) * K + k0 + k;
-      _mm256_store_ps(tile[j], j >= nvalid ? _mm256_setzero_ps() : c == 8 ? ld<T>(W, at) : ld_tail<T>(W, at, c));
-    }
-    for (i64 kk = 0; kk < c; ++kk)
-      for (i64 j = 0; j < kNr; ++j) panel[(k + kk) * kNr + j] = tile[j][kk];
-  }
-}
-
-void pack(const void* W, WType wt, i64 K, i64 n0, i64 nvalid, i64 k0, i64 kc, float* panel) {
-  switch (wt) {
-    case WType::f32: return pack_t<WType::f32>(W, K, n0, nvalid, k0, kc, panel);
-    case WType::f16: return pack_t<WType::f16>(W, K, n0, nvalid, k0, kc, panel);
-    case WType::bf16: return pack_t<WType::bf16>(W, K, n0, nvalid, k0, kc, panel);
-  }
-}
-
-template <int MR>
-void micro_t(const float* x, i64 ldx, const float* panel, i64 kc, float* y, i64 ldy, i64 nvalid, bool accumulate) {
-  __m256 c[MR][2];
-  for (int m = 0; m < MR; ++m) c[m][0] = c[m][1] = _mm256_setzero_ps();
-  for (i64 k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(panel + k * kNr), b1 = _mm256_loadu_ps(panel + k * kNr + 8);
-    for (int m = 0; m < MR; ++m) {
-      const __m256 a = _mm256_broadcast_ss(x + m * ldx + k);
-      c[m][0] = _mm256_fmadd_ps(a, b0, c[m][0]);
-      c[m][1] = _mm256_fmadd_ps(a, b1, c[m][1]);
-    }
-  }
-  for (int m = 0; m < MR; ++m) {
-    alignas(32) float t[kNr];
-    _mm256_store_ps(t, c[m][0]);
-    _mm256_store_ps(t + 8, c[m][1]);
-    float* row = y + m * ldy;
-    for (i64 j = 0; j < nvalid; ++j) row[j] = accumulate ? row[j] + t[j] : t[j];
-  }
-}
-
-void micro(const float* x, i64 ldx, int mr, const float* panel, i64 kc, float* y, i64 ldy, i64 nvalid, bool acc) {
-  switch (mr) {
-    case 1: return micro_t<1>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    case 2: return micro_t<2>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    case 3: return micro_t<3>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    case 4: return micro_t<4>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    case 5: return micro_t<5>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    default: return micro_t<6>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-  }
 }
 
 // Products with vpmaddubsw, which needs an unsigned operand: |x| times sign(x)*w (|x|, |w| <=
@@ -214,7 +133,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx2() {
-  static const Kernels k{"avx2", kMr, kNr, gemv_avx2, pack, micro, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
+  static const Kernels k{"avx2", gemv_avx2, nullptr, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
   return k;
 }
 

@@ -15,113 +15,6 @@ using i64 = std::int64_t;
 // Mask of the first n (0..16) lanes.
 inline __mmask16 lanes(i64 n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
 
-// 16 weights from element index i widened to f32: bf16 is the high half of an f32, so a 16-bit
-// shift left is exact; f16 goes through vcvtph2ps. Unaligned loads (safetensors data).
-template <WType T> inline __m512 ld(const void* W, i64 i) {
-  if constexpr (T == WType::f32) {
-    return _mm512_loadu_ps(static_cast<const float*>(W) + i);
-  } else {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(W) + i));
-    if constexpr (T == WType::bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    return _mm512_cvtph_ps(h);
-  }
-}
-template <WType T> inline __m512 ldm(const void* W, i64 i, __mmask16 m) {
-  if constexpr (T == WType::f32) {
-    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(W) + i);
-  } else {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const std::uint16_t*>(W) + i);
-    if constexpr (T == WType::bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    return _mm512_cvtph_ps(h);
-  }
-}
-
-constexpr int kMr = 8, kNr = 32;
-
-// In-register transpose of 16 vectors r[i][j] -> r[j][i]: for block size d = 8, 4, 2, 1, rows i
-// and i + d (i & d == 0) swap their off-diagonal d x d blocks: a'[j] = j & d ? b[j - d] : a[j],
-// b'[j] = j & d ? b[j] : a[j + d]. 64 two-source permutes, no memory round trip or gather.
-inline void transpose16(__m512 r[16]) {
-  for (int d = 8; d >= 1; d /= 2) {
-    alignas(64) int ia[16], ib[16];
-    for (int j = 0; j < 16; ++j) {
-      ia[j] = (j & d) ? 16 + j - d : j;
-      ib[j] = (j & d) ? 16 + j : j + d;
-    }
-    const __m512i va = _mm512_load_si512(ia), vb = _mm512_load_si512(ib);
-    for (int i = 0; i < 16; ++i)
-      if (!(i & d)) {
-        const __m512 a = r[i], b = r[i + d];
-        r[i] = _mm512_permutex2var_ps(a, va, b);
-        r[i + d] = _mm512_permutex2var_ps(a, vb, b);
-      }
-  }
-}
-
-// Widens a [32 rows x kc] block of W into panel[k][32]: per 16 k-values, each half of the rows
-// (16 x 16) is loaded widened and transposed in registers, so each k becomes one panel row.
-template <WType T> void pack_t(const void* W, i64 K, i64 n0, i64 nvalid, i64 k0, i64 kc, float* panel) {
-  for (i64 k = 0; k < kc; k += 16) {
-    const __mmask16 m = lanes(kc - k);
-    const i64 kk_end = kc - k < 16 ? kc - k : 16;
-    for (i64 half = 0; half < 2; ++half) {
-      __m512 r[16];
-      for (i64 j = 0; j < 16; ++j) {
-        const i64 row = half * 16 + j;
-        r[j] = row < nvalid ? ldm<T>(W, (n0 + row) * K + k0 + k, m) : _mm512_setzero_ps();
-      }
-      transpose16(r);
-      for (i64 kk = 0; kk < kk_end; ++kk) _mm512_storeu_ps(panel + (k + kk) * kNr + half * 16, r[kk]);
-    }
-  }
-}
-
-void pack(const void* W, WType wt, i64 K, i64 n0, i64 nvalid, i64 k0, i64 kc, float* panel) {
-  switch (wt) {
-    case WType::f32: return pack_t<WType::f32>(W, K, n0, nvalid, k0, kc, panel);
-    case WType::f16: return pack_t<WType::f16>(W, K, n0, nvalid, k0, kc, panel);
-    case WType::bf16: return pack_t<WType::bf16>(W, K, n0, nvalid, k0, kc, panel);
-  }
-}
-
-// MR x 32 register tile: per k, two panel vectors and MR broadcasts of x feed 2*MR FMAs.
-template <int MR>
-void micro_t(const float* x, i64 ldx, const float* panel, i64 kc, float* y, i64 ldy, i64 nvalid, bool accumulate) {
-  __m512 c[MR][2];
-  for (int m = 0; m < MR; ++m) c[m][0] = c[m][1] = _mm512_setzero_ps();
-  for (i64 k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_loadu_ps(panel + k * kNr), b1 = _mm512_loadu_ps(panel + k * kNr + 16);
-    for (int m = 0; m < MR; ++m) {
-      const __m512 a = _mm512_set1_ps(x[m * ldx + k]);
-      c[m][0] = _mm512_fmadd_ps(a, b0, c[m][0]);
-      c[m][1] = _mm512_fmadd_ps(a, b1, c[m][1]);
-    }
-  }
-  const __mmask16 m0 = lanes(nvalid), m1 = lanes(nvalid > 16 ? nvalid - 16 : 0);
-  for (int m = 0; m < MR; ++m) {
-    float* row = y + m * ldy;
-    if (accumulate) {
-      c[m][0] = _mm512_add_ps(c[m][0], _mm512_maskz_loadu_ps(m0, row));
-      c[m][1] = _mm512_add_ps(c[m][1], _mm512_maskz_loadu_ps(m1, row + 16));
-    }
-    _mm512_mask_storeu_ps(row, m0, c[m][0]);
-    _mm512_mask_storeu_ps(row + 16, m1, c[m][1]);
-  }
-}
-
-void micro(const float* x, i64 ldx, int mr, const float* panel, i64 kc, float* y, i64 ldy, i64 nvalid, bool acc) {
-  switch (mr) {
-    case 1: return micro_t<1>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    case 2: return micro_t<2>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    case 3: return micro_t<3>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    case 4: return micro_t<4>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    case 5: return micro_t<5>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    case 6: return micro_t<6>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    case 7: return micro_t<7>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-    default: return micro_t<8>(x, ldx, panel, kc, y, ldy, nvalid, acc);
-  }
-}
-
 // q8 dot products with VNNI. vpdpbusd multiplies unsigned bytes by signed bytes, so x is offset
 // to x + 128 (xor 0x80); the offset adds 128 * wsum_b to block b's sum, which is taken off at the
 // end as 128 * sum_b s_b wsum_b (s_b = xs_b ws_b; exact in int32 per block, then in f32 like the
@@ -265,26 +158,27 @@ inline __m512 sum16(const __m512 (&a)[16]) {
   return _mm512_permutexvar_ps(key_order, w);
 }
 
-// Keys in blocks of 16: each key's products summed lane-wise over d, then the block's 16 sums
-// folded at once (sum16); the keys left over go through dot.
+// Keys in groups of 16: each key's products summed lane-wise over d, then the group's 16 sums
+// folded at once (sum16). A last group of fewer keys is folded the same way with zero sums in
+// the unused slots, so a key's score does not depend on n or on its place in the block (a
+// prompt's scores are the same alone and in a padded batch).
 float dots(const float* q, const float* k, i64 ks, i64 n, i64 d, float* s) {
   __m512 top16 = _mm512_set1_ps(-__builtin_inff());
-  i64 u = 0;
-  for (; u + 16 <= n; u += 16) {
+  for (i64 u = 0; u < n; u += 16) {
+    const int keys = n - u < 16 ? static_cast<int>(n - u) : 16;
     __m512 acc[16];
     for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
     for (i64 i = 0; i < d; i += 16) {
       const __mmask16 m = lanes(d - i);
       const __m512 qi = _mm512_maskz_loadu_ps(m, q + i);
-      for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qi, _mm512_maskz_loadu_ps(m, k + (u + j) * ks + i), acc[j]);
+      for (int j = 0; j < keys; ++j) acc[j] = _mm512_fmadd_ps(qi, _mm512_maskz_loadu_ps(m, k + (u + j) * ks + i), acc[j]);
     }
     const __m512 block = sum16(acc);
-    _mm512_storeu_ps(s + u, block);
-    top16 = _mm512_max_ps(top16, block);
+    const __mmask16 valid = lanes(keys);
+    _mm512_mask_storeu_ps(s + u, valid, block);
+    top16 = _mm512_mask_max_ps(top16, valid, top16, block);
   }
-  float top = _mm512_reduce_max_ps(top16);
-  for (; u < n; ++u) top = std::max(top, s[u] = dot(q, k + u * ks, d));
-  return top;
+  return _mm512_reduce_max_ps(top16);
 }
 
 // Up to 64 columns of acc stay in four registers across the keys (the FMAs are axpy's, in the
@@ -373,7 +267,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx512() {
-  static const Kernels k{"avx512", kMr, kNr, gemv_avx512, pack, micro, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
+  static const Kernels k{"avx512", gemv_avx512, gemm_panel_avx512, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
   return k;
 }
 

@@ -32,25 +32,6 @@ void gemv(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType
     }
 }
 
-constexpr int kNr = 16;
-
-void pack(const void* W, WType wt, std::int64_t K, std::int64_t n0, std::int64_t nvalid, std::int64_t k0,
-          std::int64_t kc, float* panel) {
-  for (std::int64_t j = 0; j < kNr; ++j)
-    for (std::int64_t k = 0; k < kc; ++k)
-      panel[k * kNr + j] = j < nvalid ? load_w(W, wt, (n0 + j) * K + k0 + k) : 0.0f;
-}
-
-void micro(const float* x, std::int64_t ldx, int mr, const float* panel, std::int64_t kc, float* y, std::int64_t ldy,
-           std::int64_t nvalid, bool accumulate) {
-  for (int m = 0; m < mr; ++m) {
-    float acc[kNr] = {};
-    for (std::int64_t k = 0; k < kc; ++k)
-      for (int j = 0; j < kNr; ++j) acc[j] += x[m * ldx + k] * panel[k * kNr + j];
-    for (std::int64_t j = 0; j < nvalid; ++j) y[m * ldy + j] = accumulate ? y[m * ldy + j] + acc[j] : acc[j];
-  }
-}
-
 void q8_gemv(const Q8Act& x, std::int64_t M, const Q8Rows& w, std::int64_t n0, std::int64_t n1, float* y,
              std::int64_t ldy) {
   const std::int64_t nb = w.kp / kQ8Block;
@@ -121,7 +102,7 @@ void add(const float* a, const float* b, float* y, std::int64_t n) {
 }  // namespace
 
 const Kernels& kernels_scalar() {
-  static const Kernels k{"scalar", 4, kNr, gemv, pack, micro, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
+  static const Kernels k{"scalar", gemv, nullptr, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
   return k;
 }
 

@@ -4,6 +4,7 @@
 // f32 (the backend widens others first); Linear weights and the embedding table may be
 // f32/f16/bf16 views used in place.
 #include "kernels.h"
+#include "linear_dispatch.h"
 #include <sonde/op_checks.h>
 #include "q8.h"
 #include "thread_pool.h"
@@ -13,6 +14,8 @@ namespace sonde::threaded {
 struct Ctx {
   ThreadPool& pool;
   const Kernels& k;
+  LinearMode linear_mode = LinearMode::automatic;
+  HostRates rates{};  // unknown (zero): every native Linear takes the GEMV path
 };
 
 // Runs fn(lo, hi) over [0, n) in chunks of `chunk` on the pool.
@@ -23,14 +26,12 @@ template <typename Fn> void for_chunks(ThreadPool& pool, std::int64_t n, std::in
 
 void embedding(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void rms_norm(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
-// Below this many x rows a Linear streams W from memory once (GEMV, x rows in groups of 3 against
-// 256 KB chunks of W); from it on, GEMM. Measured on qwen2.5-0.5b bf16 prefill, 2 threads, the
-// two paths alternating: GEMV ahead by 15-25% at 192-384 tokens, 4% at 512, GEMM 4% ahead at
-// 1024, even at 2048.
-constexpr std::int64_t kGemmMinRows = 512;
+// The path (linear_dispatch.h) of a Linear on native weights, M x K x N, W of dtype wt.
+LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt);
+// Times the GEMM path on a synthetic in-cache problem with this pool (for HostRates).
+double measure_gemm_flops(const Ctx& c);
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8);
-// Linears that read one x: those with weights read natively and fewer than kGemmMinRows x rows
-// split the rows of all their weights into one set of tasks (one parallel region), and so do
+// Linears that read one x: those with weights read natively that take the GEMV path split the rows of all their weights into one set of tasks (one parallel region), and so do
 // those with q8 weights (q8[i], else null) and one x row, which also quantise x once. The
 // results are those of linear() on each; the rest run one by one.
 void linear_siblings(const Ctx& c, std::span<const Node* const> nodes, std::span<const ops::Inputs> in,

@@ -117,6 +117,41 @@ void heads_of(const ops::AttnDims& d, ops::Inputs in, const TensorView& out, std
                       d.nkv * d.d});
 }
 
+// The batch row's first allowed key (its left padding ends there; 0 without a mask, S if none).
+// Key runs and blocks start from it, so a prompt's keys fall into the same blocks alone and
+// left-padded in a batch: its numbers do not depend on its micro-batch.
+std::int64_t first_key(const ops::AttnDims& d, ops::Inputs in, std::int64_t b) {
+  if (!d.mask) return 0;
+  const std::uint8_t* m = in[3].as<const std::uint8_t>() + b * d.S;
+  std::int64_t u = 0;
+  while (u < d.S && !m[u]) ++u;
+  return u;
+}
+
+// Merges the softmax states of `runs` runs of keys, laid out run-major (`per` rows each, acc
+// with d floats per row), into the first run's slots, in key order: m = max m_i,
+// l = sum l_i e^(m_i - m), acc = sum acc_i e^(m_i - m) (a run with no allowed key has l = 0 and
+// adds nothing). With one run this changes no bit (e^0 = 1).
+void merge_runs(const Kernels& kn, std::int64_t runs, std::size_t per, std::int64_t d, float* acc, RowState* st) {
+  const auto D = static_cast<std::size_t>(d);
+  for (std::size_t r = 0; r < per; ++r) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (std::int64_t i = 0; i < runs; ++i) m = std::max(m, st[static_cast<std::size_t>(i) * per + r].m);
+    // Into the first run's slot: it is scaled first, then the others are added to it.
+    float* a = acc + r * D;
+    float l = 0;
+    for (std::int64_t i = 0; i < runs; ++i) {
+      const std::size_t from = static_cast<std::size_t>(i) * per + r;
+      if (st[from].l == 0) continue;
+      const float w = std::exp(st[from].m - m);
+      l += st[from].l * w;
+      if (i == 0) kn.scale(w, a, d);
+      else kn.axpy(w, acc + from * D, a, d);
+    }
+    st[r].l = l;
+  }
+}
+
 // Few query rows (decode): tasks are (batch row, kv head, run of kKeysPerTask keys), each over
 // all of that kv head's query heads and rows, leaving its softmax state (m, l, acc) per row;
 // then per row the runs merge in key order, m = max m_i, l = sum l_i e^(m_i - m),
@@ -126,6 +161,8 @@ void attention_split_keys(const Ctx& c, ops::Inputs in, const TensorView& out, c
   const auto per_task = static_cast<std::size_t>(group * d.T);  // rows of one task, by (head, row)
   const auto D = static_cast<std::size_t>(d.d);
   const std::int64_t tasks = d.B * d.nkv * runs;
+  std::vector<std::int64_t> first(static_cast<std::size_t>(d.B));
+  for (std::int64_t b = 0; b < d.B; ++b) first[static_cast<std::size_t>(b)] = first_key(d, in, b);
   std::vector<float> acc(static_cast<std::size_t>(tasks) * per_task * D, 0.0f);
   std::vector<RowState> st(static_cast<std::size_t>(tasks) * per_task);
   const auto threads = static_cast<std::size_t>(c.pool.size());
@@ -133,33 +170,20 @@ void attention_split_keys(const Ctx& c, ops::Inputs in, const TensorView& out, c
   std::vector<std::vector<Head>> heads(threads);
   c.pool.run(tasks, [&](std::int64_t task, int worker) {
     const std::int64_t run = task % runs, g = task / runs % d.nkv, b = task / runs / d.nkv;
+    const std::int64_t k0 = first[static_cast<std::size_t>(b)] + run * kKeysPerTask;
+    if (k0 >= d.S) return;  // past the keys (the runs start at the first allowed one)
     auto& hs = heads[static_cast<std::size_t>(worker)];
     heads_of(d, in, out, b, g, g * group, (g + 1) * group, hs);
     const auto at = static_cast<std::size_t>(task) * per_task;
-    visit_keys(c.k, hs, d, causal, 0, d.T, run * kKeysPerTask, std::min(d.S, (run + 1) * kKeysPerTask),
-               acc.data() + at * D, st.data() + at, scores[static_cast<std::size_t>(worker)].data());
+    visit_keys(c.k, hs, d, causal, 0, d.T, k0, std::min(d.S, k0 + kKeysPerTask), acc.data() + at * D, st.data() + at,
+               scores[static_cast<std::size_t>(worker)].data());
   });
   std::vector<Head> hs;
   for (std::int64_t bg = 0; bg < d.B * d.nkv; ++bg) {
-    const auto first = static_cast<std::size_t>(bg * runs) * per_task;  // this (b, g)'s first run
-    for (std::size_t r = 0; r < per_task; ++r) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (std::int64_t i = 0; i < runs; ++i) m = std::max(m, st[first + static_cast<std::size_t>(i) * per_task + r].m);
-      // Into the first run's slot: it is scaled first, then the others are added to it.
-      float* a = acc.data() + (first + r) * D;
-      float l = 0;
-      for (std::int64_t i = 0; i < runs; ++i) {
-        const std::size_t from = first + static_cast<std::size_t>(i) * per_task + r;
-        if (st[from].l == 0) continue;
-        const float w = std::exp(st[from].m - m);
-        l += st[from].l * w;
-        if (i == 0) c.k.scale(w, a, d.d);
-        else c.k.axpy(w, acc.data() + from * D, a, d.d);
-      }
-      st[first + r].l = l;
-    }
+    const auto first_run = static_cast<std::size_t>(bg * runs) * per_task;  // this (b, g)'s first run
+    merge_runs(c.k, runs, per_task, d.d, acc.data() + first_run * D, st.data() + first_run);
     heads_of(d, in, out, bg / d.nkv, bg % d.nkv, bg % d.nkv * group, (bg % d.nkv + 1) * group, hs);
-    write_rows(hs, d.d, 0, d.T, acc.data() + first * D, st.data() + first);
+    write_rows(hs, d.d, 0, d.T, acc.data() + first_run * D, st.data() + first_run);
   }
 }
 
@@ -189,11 +213,21 @@ void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& ou
     const auto rows = static_cast<std::size_t>(t1 - t0), D = static_cast<std::size_t>(d.d);
     auto& buf = bufs[static_cast<std::size_t>(worker)];
     auto& st = states[static_cast<std::size_t>(worker)];
-    buf.assign(hs.size() * rows * D + kKb, 0.0f);
-    st.assign(hs.size() * rows, RowState{});
+    // Keys in runs of kKeysPerTask from the first allowed one, each with its own softmax state,
+    // merged as the decode path merges them: the same arithmetic for a row whatever T is.
+    const std::int64_t f = first_key(d, in, b), runs = std::max<std::int64_t>(1, (d.S - f + kKeysPerTask - 1) / kKeysPerTask);
+    const std::size_t per = hs.size() * rows;
+    buf.assign(static_cast<std::size_t>(runs) * per * D + kKb, 0.0f);
+    st.assign(static_cast<std::size_t>(runs) * per, RowState{});
     // Keys past the last row's slot are never allowed under the causal rule.
     const std::int64_t kend = n.params.causal ? std::min(d.S, t1 - 1 + (d.S - d.T) + 1) : d.S;
-    visit_keys(c.k, hs, d, n.params.causal, t0, t1, 0, kend, buf.data(), st.data(), buf.data() + hs.size() * rows * D);
+    float* scores = buf.data() + static_cast<std::size_t>(runs) * per * D;
+    for (std::int64_t i = 0; i < runs; ++i) {
+      const std::int64_t k0 = f + i * kKeysPerTask, k1 = std::min(kend, k0 + kKeysPerTask);
+      const std::size_t at = static_cast<std::size_t>(i) * per;
+      if (k0 < k1) visit_keys(c.k, hs, d, n.params.causal, t0, t1, k0, k1, buf.data() + at * D, st.data() + at, scores);
+    }
+    merge_runs(c.k, runs, per, d.d, buf.data(), st.data());
     write_rows(hs, d.d, t0, t1, buf.data(), st.data());
   });
 }

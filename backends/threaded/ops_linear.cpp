@@ -1,11 +1,14 @@
 // Linear y[M,N] = x[M,K] W[N,K]^T + b with W used in place (f32/f16/bf16) or as q8 blocks.
-// Work is split over column blocks of N (and row chunks of M when there are few column blocks);
-// K is never split, and its summation order is fixed by the kernels and kKc alone, so the result
-// is bit-identical for any thread count and schedule.
+// Work is split over blocks of W rows (and x row chunks when there are few blocks); K is never
+// split, and every output goes through the GEMV kernel, whose summation order depends on K alone,
+// so the result is bit-identical for any thread count, schedule, path and number of x rows.
 #include "ops.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+
+#include <sonde/dtype.h>
 #include <vector>
 
 namespace sonde::threaded {
@@ -14,8 +17,7 @@ namespace {
 
 constexpr std::int64_t kGemvRows = 32;    // W rows per q8 task with several x rows (one x row: as the GEMV)
 constexpr std::int64_t kGemvMinRows = 16;        // GEMV rows per task: at least this, a multiple of 8
-constexpr std::int64_t kNc = 64;          // GEMM columns per task at most (a power-of-2 multiple of every nr)
-constexpr std::int64_t kKc = 256;         // GEMM K block: an nr x kKc f32 panel stays in L1/L2
+constexpr std::int64_t kPanelBytes = 256 << 10;  // f32 W rows per GEMM task: they stay in L2
 constexpr std::int64_t kQ8Rows = 16;      // x rows per q8 pass over a task's W rows (they stay in L2)
 
 WType wtype(DType t) { return t == DType::f32 ? WType::f32 : t == DType::f16 ? WType::f16 : WType::bf16; }
@@ -35,40 +37,53 @@ void add_bias(const Job& j, std::int64_t m0, std::int64_t m1, std::int64_t n0, s
     for (std::int64_t n = n0; n < n1; ++n) j.y[m * j.N + n] += j.bias[n];
 }
 
-// One GEMM task: columns [n0, n1), rows [m0, m1). Per K block, the task's W columns are widened
-// into nr-wide f32 panels once and reused by every mr-row tile of x.
+// The W rows of a GEMM task as f32 in a panel of their own (bf16 is the top half of an f32:
+// exact). f32 rows are copied too: the kernel reads W with non-temporal prefetches, which do not
+// keep the rows in L2 for the next group of x rows; the panel is already there.
+void widen_rows(const Job& j, std::int64_t n0, std::int64_t n1, float* out) {
+  const std::int64_t count = (n1 - n0) * j.K;
+  if (j.wt == WType::f32) {
+    std::memcpy(out, static_cast<const float*>(j.W) + n0 * j.K, static_cast<std::size_t>(count) * sizeof(float));
+    return;
+  }
+  const auto* h = static_cast<const std::uint16_t*>(j.W) + n0 * j.K;
+  if (j.wt == WType::bf16) {
+    for (std::int64_t i = 0; i < count; ++i) {
+      const std::uint32_t bits = static_cast<std::uint32_t>(h[i]) << 16;
+      std::memcpy(out + i, &bits, 4);
+    }
+  } else {
+    for (std::int64_t i = 0; i < count; ++i) out[i] = f16_to_f32(h[i]);
+  }
+}
+
+// One GEMM task: W rows [n0, n1) against x rows [m0, m1) by the GEMV kernel, W read once from
+// memory and widened to an f32 panel that stays in L2 while every group of x rows passes. The
+// kernel's summation order depends on K alone, so y is bit-identical to the GEMV path's.
 void gemm_task(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1, std::int64_t m0, std::int64_t m1,
                std::vector<float>& panel) {
-  const std::int64_t panels = (n1 - n0 + k.nr - 1) / k.nr;
-  panel.resize(static_cast<std::size_t>(panels * k.nr * kKc));
-  for (std::int64_t k0 = 0; k0 < j.K; k0 += kKc) {
-    const std::int64_t kc = std::min(kKc, j.K - k0);
-    for (std::int64_t p = 0; p < panels; ++p) {
-      const std::int64_t c0 = n0 + p * k.nr;
-      k.pack(j.W, j.wt, j.K, c0, std::min<std::int64_t>(k.nr, n1 - c0), k0, kc, panel.data() + p * k.nr * kKc);
-    }
-    for (std::int64_t m = m0; m < m1; m += k.mr) {
-      const int mr = static_cast<int>(std::min<std::int64_t>(k.mr, m1 - m));
-      for (std::int64_t p = 0; p < panels; ++p) {
-        const std::int64_t c0 = n0 + p * k.nr;
-        k.micro(j.x + m * j.K + k0, j.K, mr, panel.data() + p * k.nr * kKc, kc, j.y + m * j.N + c0, j.N,
-                std::min<std::int64_t>(k.nr, n1 - c0), k0 > 0);
-      }
-    }
-  }
+  // 64-byte aligned: a vector load that straddles two cache lines costs two.
+  const std::size_t panel_floats = static_cast<std::size_t>((n1 - n0) * j.K + 15) / 16 * 16;
+  panel.resize(panel_floats + static_cast<std::size_t>(48 * kGemmPanelScratch) + 16);
+  float* p = panel.data() + (16 - reinterpret_cast<std::uintptr_t>(panel.data()) / 4 % 16) % 16;
+  widen_rows(j, n0, n1, p);
+  const float* x = j.x + m0 * j.K;
+  float* y = j.y + m0 * j.N + n0;
+  if (k.gemm_panel) k.gemm_panel(x, m1 - m0, j.K, p, n1 - n0, j.K, y, j.N, p + panel_floats);
+  else k.gemv(x, m1 - m0, j.K, p, WType::f32, j.K, 0, n1 - n0, y, j.N);
   add_bias(j, m0, m1, n0, n1);
 }
 
-// Tasks are column blocks of nc columns; each packs its W columns once and reuses them for all M
-// rows. nc shrinks from kNc (halving, down to nr) until there are about 4 tasks per thread; M is
-// split only when even that leaves a thread without a task (each row chunk re-packs its columns).
+// Tasks are blocks of W rows, about kPanelBytes of f32 each (a multiple of the kernel's 4 row
+// streams), shrunk (halving, down to 4 rows) until there are about 4 tasks per thread; x rows are
+// split only when even that leaves a thread without a task (each row chunk re-widens its W rows).
 void gemm(const Ctx& c, const Job& j) {
   const std::int64_t threads = c.pool.size(), want = 4 * threads;
-  std::int64_t nc = kNc;
-  while (nc > c.k.nr && (j.N + nc - 1) / nc < want) nc /= 2;
+  std::int64_t nc = std::max<std::int64_t>(4, kPanelBytes / (4 * j.K) / 4 * 4);
+  while (nc > 4 && (j.N + nc - 1) / nc < want) nc = std::max<std::int64_t>(4, nc / 2 / 4 * 4);
   const std::int64_t nblocks = (j.N + nc - 1) / nc;
-  std::int64_t mchunks = std::clamp<std::int64_t>((threads + nblocks - 1) / nblocks, 1, (j.M + c.k.mr - 1) / c.k.mr);
-  const std::int64_t mrows = ((j.M + mchunks - 1) / mchunks + c.k.mr - 1) / c.k.mr * c.k.mr;
+  std::int64_t mchunks = std::clamp<std::int64_t>((threads + nblocks - 1) / nblocks, 1, j.M);
+  const std::int64_t mrows = (j.M + mchunks - 1) / mchunks;
   mchunks = (j.M + mrows - 1) / mrows;
   std::vector<std::vector<float>> panels(static_cast<std::size_t>(c.pool.size()));
   c.pool.run(nblocks * mchunks, [&](std::int64_t t, int worker) {
@@ -183,6 +198,28 @@ void q8_gemvs(const Ctx& c, const std::vector<Job>& jobs, const std::vector<cons
 
 }  // namespace
 
+LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt) {
+  return choose_linear(M, K, N, wt == DType::f32 ? 4.0 : 2.0, c.rates, c.linear_mode);
+}
+
+// 96 x 1024 x 512 with f32 W (about 0.1 GFLOP, 2 MB of W: from L2/L3, as a prefill's W panels
+// after their first read): the best of 3 after a warm-up.
+double measure_gemm_flops(const Ctx& c) {
+  constexpr std::int64_t M = 96, K = 1024, N = 512;
+  std::vector<float> x(static_cast<std::size_t>(M * K)), w(static_cast<std::size_t>(N * K)), y(static_cast<std::size_t>(M * N));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) * 0.125f - 0.25f;
+  const Job j{x.data(), w.data(), WType::f32, nullptr, y.data(), M, K, N};
+  double best = 1e30;
+  for (int r = 0; r < 4; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    gemm(c, j);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::min(best, s);
+  }
+  return 2.0 * M * K * N / best;
+}
+
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8) {
   const auto d = ops::check_linear(n, in, out);
   const Job j{in[0].as<const float>(), in[1].data, wtype(in[1].dtype), d.bias ? in[2].as<const float>() : nullptr,
@@ -194,7 +231,7 @@ void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, 
   } else if (q8) {
     if (q8->N != d.N || q8->K != d.K) ops::fail(n, "q8 weight is [{}, {}], expected [{}, {}]", q8->N, q8->K, d.N, d.K);
     q8_linear(c, j, *q8);
-  } else if (d.M < kGemmMinRows) {
+  } else if (linear_path(c, d.M, d.K, d.N, in[1].dtype) == LinearPath::gemv) {
     gemv(c, j);
   } else {
     gemm(c, j);
@@ -215,7 +252,7 @@ void linear_siblings(const Ctx& c, std::span<const Node* const> nodes, std::span
     if (q8_row) {
       q8_jobs.push_back(j);
       q8_weights.push_back(w);
-    } else if (w || d.M >= kGemmMinRows || d.K == 0 || d.M == 0 || d.N == 0) {
+    } else if (w || d.K == 0 || d.M == 0 || d.N == 0 || linear_path(c, d.M, d.K, d.N, in[i][1].dtype) == LinearPath::gemm) {
       linear(c, *nodes[i], in[i], outs[i], w);
     } else {
       jobs.push_back(j);

@@ -3,7 +3,11 @@
 #include "ops.h"
 #include <sonde/edit_f32.h>
 
+#include <sonde/host/stream_read.h>
 #include <sonde/log.h>
+
+#include <map>
+#include <mutex>
 
 #include <cstdlib>
 #include <unistd.h>
@@ -70,10 +74,30 @@ bool rows_dense(const TensorView& v) {
   return row.contiguous();
 }
 
-// A Linear with few x rows (decode) streams its weight from memory once.
-bool streams(const TensorView& linear_out) {
-  return linear_out.shape.rank >= 1 &&
-         linear_out.numel() / std::max<std::int64_t>(1, linear_out.shape[linear_out.shape.rank - 1]) < kGemmMinRows;
+// A Linear on the GEMV path (few x rows: decode) streams its weight from memory.
+bool streams(const Ctx& c, const TensorView& linear_out, const TensorView& w) {
+  if (linear_out.shape.rank < 1 || w.shape.rank != 2) return false;
+  const std::int64_t N = linear_out.shape[linear_out.shape.rank - 1];
+  return linear_path(c, linear_out.numel() / std::max<std::int64_t>(1, N), w.shape[1], N, w.dtype) == LinearPath::gemv;
+}
+
+// The host's rates for the Linear dispatch, measured once per process and pool size: a streaming
+// read of 64 MB (beyond the L2 of any core; the figure the decode GEMV reaches) and the GEMM path
+// on an in-cache problem. About 20 ms.
+HostRates measure_rates(ThreadPool& pool, const Kernels& k) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const Kernels*>, HostRates> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(pool.size(), &k);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  std::vector<unsigned char> buf(std::size_t{64} << 20, 1);
+  const host::ByteRange range{buf.data(), buf.size()};
+  HostRates r;
+  r.read_bytes_per_s = static_cast<double>(buf.size()) / host::fastest_read({&range, 1}, pool.size());
+  r.gemm_flops_per_s = measure_gemm_flops(Ctx{pool, k, LinearMode::gemm, {}});
+  spdlog::debug("backend threaded: {:.1f} GB/s read, {:.1f} GFLOP/s GEMM ({} threads)", r.read_bytes_per_s / 1e9,
+                r.gemm_flops_per_s / 1e9, pool.size());
+  return cache[key] = r;
 }
 }  // namespace
 
@@ -97,6 +121,10 @@ void ThreadedBackend::init(const BackendOptions& options) {
     pool_ = std::make_unique<ThreadPool>(threads);
   }
   q8_ = options.weights == "q8";
+  const std::string mode = env("SONDE_THREADED_LINEAR");
+  if (!parse_linear_mode(mode, linear_mode_))
+    runtime_error("backend threaded: SONDE_THREADED_LINEAR='{}' is not one of auto, gemv, gemm", mode);
+  rates_ = linear_mode_ == LinearMode::automatic ? measure_rates(*pool_, *kernels_) : HostRates{};
   spdlog::debug("backend threaded: ISA {}, {} threads, weights {}", kernels_->name, threads, options.weights);
 }
 
@@ -163,7 +191,7 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
   }
   const Prepared p(node, inputs);
   const auto& in = p.in;
-  const Ctx c{*pool_, *kernels_};
+  const Ctx c = ctx();
   if (node.op == OpKind::Linear) learn_linear(in[1]);
   switch (node.op) {
     case OpKind::Embedding: embedding(c, node, in, out); break;
@@ -182,7 +210,7 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
   }
   // Only a Linear that streams its weight (few rows: decode) starts a read-ahead; the ops after
   // it continue the one in progress.
-  prefetch_next(node.op == OpKind::Linear && streams(out), in.size() > 1 ? in[1] : TensorView());
+  prefetch_next(node.op == OpKind::Linear && streams(c, out, in[1]), in.size() > 1 ? in[1] : TensorView());
 }
 
 // Streaming Linears (few x rows) go through one parallel region: as separate regions q/k/v wake
@@ -193,7 +221,7 @@ void ThreadedBackend::run_siblings(std::span<const Node* const> nodes, std::span
                                    std::span<const TensorView> outs) {
   bool together = true;
   for (std::size_t i = 0; i < nodes.size() && together; ++i)
-    together = nodes[i]->op == OpKind::Linear && streams(outs[i]) && inputs[i].size() >= 2;
+    together = nodes[i]->op == OpKind::Linear && inputs[i].size() >= 2 && streams(ctx(), outs[i], inputs[i][1]);
   if (!together) return Backend::run_siblings(nodes, inputs, outs);
   std::vector<Prepared> prepared;
   prepared.reserve(nodes.size());
@@ -206,7 +234,7 @@ void ThreadedBackend::run_siblings(std::span<const Node* const> nodes, std::span
     q8.push_back(q8_ ? q8_for(prepared.back().in[1]) : nullptr);
     learn_linear(prepared.back().in[1]);
   }
-  linear_siblings(Ctx{*pool_, *kernels_}, nodes, in, outs, q8);
+  linear_siblings(ctx(), nodes, in, outs, q8);
   prefetch_next(true, prepared.back().in[1]);
 }
 

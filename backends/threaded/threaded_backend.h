@@ -3,6 +3,7 @@
 // chosen at run time for the CPU (AVX-512 VNNI, AVX2+FMA, scalar), Linear and Embedding reading
 // f32/f16/bf16 weights in place from the mapped safetensors, and optional int8 weights (q8).
 #include "isa.h"
+#include "ops.h"
 #include "q8.h"
 #include "thread_pool.h"
 
@@ -41,10 +42,13 @@ class ThreadedBackend final : public Backend {
   Bytes streamed_bytes(const TensorView& w) const;
   void learn_linear(const TensorView& w);
   void prefetch_next(bool start, const TensorView& after);
+  Ctx ctx() const { return Ctx{*pool_, *kernels_, linear_mode_, rates_}; }
 
   std::unique_ptr<ThreadPool> pool_;
   const Kernels* kernels_ = nullptr;
   bool q8_ = false;
+  LinearMode linear_mode_ = LinearMode::automatic;
+  HostRates rates_{};  // for the automatic Linear dispatch
   // What weight() returns and Weight nodes resolve to: always the source view, never a copy.
   std::map<std::string, TensorView> weights_;
   // q8 mode: quantised 2-D weights, found by their source view's data pointer when a Linear runs.

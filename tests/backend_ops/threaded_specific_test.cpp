@@ -65,10 +65,8 @@ double linear_error_vs_bound(Backend& b, std::int64_t M, std::int64_t K, std::in
   return worst;
 }
 
-// M: the GEMV row groups (1..3, several groups), the GEMV/GEMM switch (kGemmMinRows = 512 in
-// backends/threaded/ops.h: 511 and 512) and the mr tiles past it (519 = 512 + 7); N around nr
-// (16, 32) and the 64-column task,
-// K around the 16/32-lane loops, the q8 block (32) and the K block (256).
+// M: the GEMV row groups (1..3, several groups) and past them; N around the 4 row streams and a
+// GEMM task's rows; K around the 16/32-lane loops, the q8 block (32) and 256.
 void check_tile_edges(Backend& b) {
   for (DType wt : {DType::f32, DType::bf16, DType::f16})
     for (std::int64_t M : {1, 3, 4, 7, 9, 17, 511, 512, 519})
@@ -158,6 +156,134 @@ void check_elementwise(Backend& b) {
       const Shape s{1, len};
       SCOPED_TRACE(fmt::format("{} {}", op_name(op), len));
       EXPECT_LE(vs_reference(b, make_node(op, s), {{random_tensor(DType::f32, s, 60, -20, 20)}, {random_tensor(DType::f32, s, 61)}}), kTol);
+    }
+}
+
+std::vector<double> q8_bounds(const Tensor& x, const Tensor& w, std::int64_t M, std::int64_t K, std::int64_t N);
+
+// Sets SONDE_THREADED_LINEAR for one scope.
+struct LinearScope {
+  explicit LinearScope(const std::string& mode) { setenv("SONDE_THREADED_LINEAR", mode.c_str(), 1); }
+  ~LinearScope() { unsetenv("SONDE_THREADED_LINEAR"); }
+};
+
+constexpr std::int64_t kRowCounts[] = {1, 2, 3, 7, 16, 63, 64, 255, 511, 512, 513};
+
+// Every Linear path, forced and automatic, at the row counts around the GEMV's groups of 3 and
+// the old 512-row switch, with odd N and K, against the f32 forward-error bound.
+TEST(Threaded, EveryLinearPathAtEveryRowCountMatchesReference) {
+  for (const std::string mode : {"gemv", "gemm", "auto"}) {
+    LinearScope scope(mode);
+    auto b = threaded(2);
+    for (std::int64_t M : kRowCounts)
+      for (DType wt : {DType::bf16, DType::f32}) {
+        const std::int64_t K = 67, N = 37;
+        SCOPED_TRACE(fmt::format("{} {} M={} K={} N={}", mode, dtype_name(wt), M, K, N));
+        EXPECT_LE(linear_error_vs_bound(*b, M, K, N, linear_args(M, K, N, wt, true, 42)), 1.0);
+      }
+  }
+}
+
+TEST(Threaded, Q8LinearAtEveryRowCountMatchesReference) {
+  auto b = threaded(2, "q8");
+  for (std::int64_t M : kRowCounts) {
+    const std::int64_t K = 67, N = 37;
+    SCOPED_TRACE(fmt::format("q8 M={}", M));
+    const auto args = linear_args(M, K, N, DType::bf16, false, 43);
+    const Tensor want = run_on(*make_backend("reference"), linear_node(M, N), args);
+    const Tensor got = run_on(*b, linear_node(M, N), args);
+    const auto bound = q8_bounds(args[0].t, args[1].t, M, K, N);
+    const auto g = values(got), r = values(want);
+    for (std::size_t i = 0; i < g.size(); ++i) ASSERT_LE(std::fabs(double(g[i]) - r[i]), bound[i]) << "element " << i;
+  }
+}
+
+TEST(Threaded, UnknownLinearModeIsAnErrorNamingIt) {
+  LinearScope scope("blas");
+  try {
+    threaded(1);
+    FAIL() << "SONDE_THREADED_LINEAR=blas was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blas"), std::string::npos) << e.what();
+  }
+}
+
+// Batch invariance of the Linear: each x row's output is bit-identical whether it runs alone
+// (M = 1, the decode GEMV), among a few rows or among many, on either path, with 1 or 2 threads.
+TEST(Threaded, LinearRowsDoNotDependOnTheirBatch) {
+  for (const std::string weights : {"native", "q8"})
+    for (DType wt : {DType::bf16, DType::f32}) {
+      const std::int64_t K = 300, N = 203, M = 70;
+      const auto args = linear_args(M, K, N, wt, true, 44);
+      std::vector<Tensor> outs;
+      std::vector<std::string> what;
+      for (const std::string mode : {"gemv", "gemm", "auto"})
+        for (int threads : {1, 2}) {
+          LinearScope scope(mode);
+          outs.push_back(run_on(*threaded(threads, weights), linear_node(M, N), args));
+          what.push_back(fmt::format("{} rows, {}, {} threads", M, mode, threads));
+        }
+      // Rows 5 and 69 alone and row 5 in a batch of 4.
+      LinearScope scope("auto");
+      auto b = threaded(2, weights);
+      const auto xs = values(args[0].t);
+      for (std::int64_t row : {5, 69}) {
+        std::vector<Arg> one = args;
+        one[0] = {floats(DType::f32, Shape{1, K}, std::vector<float>(xs.begin() + row * K, xs.begin() + (row + 1) * K))};
+        const Tensor alone = run_on(*b, linear_node(1, N), one);
+        for (std::size_t i = 0; i < outs.size(); ++i)
+          ASSERT_EQ(std::memcmp(alone.data<float>(), outs[i].data<float>() + row * N, N * sizeof(float)), 0)
+              << weights << " " << dtype_name(wt) << " row " << row << " alone vs " << what[i];
+      }
+      std::vector<Arg> four = args;
+      four[0] = {floats(DType::f32, Shape{4, K}, std::vector<float>(xs.begin() + 3 * K, xs.begin() + 7 * K))};
+      const Tensor some = run_on(*b, linear_node(4, N), four);
+      ASSERT_EQ(std::memcmp(some.data<float>() + 2 * N, outs[0].data<float>() + 5 * N, N * sizeof(float)), 0)
+          << weights << " " << dtype_name(wt) << " row 5 among 4";
+    }
+}
+
+// Batch invariance of attention: a prompt of L tokens alone (no mask) and left-padded in a batch
+// of two (mask) gives bit-identical rows, for L below and above the 16-row query block, keys over
+// more than one run of 256, causal (Qwen) and bidirectional (Dream); and a decode step (one query)
+// over its keys alone and behind padding.
+TEST(Threaded, AttentionRowsDoNotDependOnTheirBatch) {
+  const std::int64_t nh = 4, nkv = 2, d = 64;
+  for (const bool causal : {true, false})
+    for (const std::int64_t L : {5, 16, 17, 100, 300}) {
+      const std::int64_t pad = 37, S = L + pad;  // the batch is as wide as its other, longer prompt
+      SCOPED_TRACE(fmt::format("L={} causal={}", L, causal));
+      const Tensor q = random_tensor(DType::f32, Shape{1, L, nh, d}, 60, -3, 3);
+      const Tensor k = random_tensor(DType::f32, Shape{1, L, nkv, d}, 61, -3, 3);
+      const Tensor v = random_tensor(DType::f32, Shape{1, L, nkv, d}, 62);
+      Node alone = make_node(OpKind::Attention, Shape{1, L, nh, d});
+      alone.params.causal = causal;
+      // Batch row 1 is the prompt behind `pad` slots of padding; row 0 is another prompt.
+      const auto widen = [&](const Tensor& t, std::int64_t heads, unsigned seed) {
+        std::vector<float> all = values(random_tensor(DType::f32, Shape{2, S, heads, d}, seed, -3, 3));
+        const auto mine = values(t);
+        std::copy(mine.begin(), mine.end(), all.begin() + (S + pad) * heads * d);
+        return floats(DType::f32, Shape{2, S, heads, d}, all);
+      };
+      std::vector<int> mask(static_cast<std::size_t>(2 * S), 1);
+      for (std::int64_t u = 0; u < pad; ++u) mask[static_cast<std::size_t>(S + u)] = 0;
+      Node batched = make_node(OpKind::Attention, Shape{2, S, nh, d});
+      batched.params.causal = causal;
+      for (int threads : {1, 2}) {
+        auto b = threaded(threads);
+        const Tensor a = run_on(*b, alone, {{q}, {k}, {v}});
+        const Tensor g = run_on(*b, batched, {{widen(q, nh, 63)}, {widen(k, nkv, 64)}, {widen(v, nkv, 65)}, {bytes(Shape{2, S}, mask)}});
+        ASSERT_EQ(std::memcmp(a.data<float>(), g.data<float>() + (S + pad) * nh * d, L * nh * d * sizeof(float)), 0)
+            << threads << " threads";
+        // Decode: the prompt's last row as a one-query step over its keys.
+        Node step = make_node(OpKind::Attention, Shape{1, 1, nh, d});
+        step.params.causal = causal;
+        const auto qv = values(q);
+        const Tensor last = floats(DType::f32, Shape{1, 1, nh, d}, std::vector<float>(qv.end() - nh * d, qv.end()));
+        const Tensor one = run_on(*b, step, {{last}, {k}, {v}});
+        ASSERT_EQ(std::memcmp(one.data<float>(), a.data<float>() + (L - 1) * nh * d, nh * d * sizeof(float)), 0)
+            << "one-query step vs the prefill's last row, " << threads << " threads";
+      }
     }
 }
 

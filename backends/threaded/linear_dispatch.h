@@ -1,0 +1,39 @@
+#pragma once
+// Which path a Linear on native (f32/f16/bf16) weights takes, from the work alone. Both paths
+// run the same GEMV kernel on every output (gemm() feeds it W rows widened to f32 first), so the
+// choice changes the speed, never a bit of the result: a prompt's numbers do not depend on how
+// many rows share its micro-batch.
+//  - gemv: W is read from memory in its own dtype and widened in the kernel; x rows go in
+//    groups of 3, and each group re-reads the W rows (too many to stay in L1, prefetched
+//    non-temporally, so from memory): about ceil(M / 3) reads of W.
+//  - gemm: W is read once, widened to f32 panels that stay in L2 while all x rows pass over them:
+//    one read of W plus the arithmetic at the host's GEMM rate.
+// Plain C++ (no sonde headers) so that the unit test can link it alone.
+#include <cstdint>
+#include <string_view>
+
+namespace sonde::threaded {
+
+enum class LinearPath { gemv, gemm };
+enum class LinearMode { automatic, gemv, gemm };  // SONDE_THREADED_LINEAR=auto|gemv|gemm
+
+// Measured once per process and pool size: a streaming read's bytes/s and the GEMM path's
+// flop/s, both over the whole pool.
+struct HostRates {
+  double read_bytes_per_s = 0;
+  double gemm_flops_per_s = 0;
+};
+
+// Seconds each path is predicted to take on an M x K x N Linear whose W elements are
+// `w_bytes` each (2 for bf16/f16, 4 for f32).
+double gemv_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r);
+double gemm_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r);
+
+// The cheaper of the two (gemv on a tie or when a rate is unknown), unless `mode` forces one.
+LinearPath choose_linear(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r,
+                         LinearMode mode);
+
+// "", "auto", "gemv", "gemm"; anything else gives false.
+bool parse_linear_mode(std::string_view s, LinearMode& mode);
+
+}  // namespace sonde::threaded
