@@ -12,6 +12,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <sstream>
 
 #include "run_sonde.h"
@@ -73,6 +74,10 @@ struct Case {
   std::size_t index;
   std::string backend;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << golden()["cases"][c.index]["name"].get<std::string>() << "/" << c.backend;
+}
 
 class BlockGolden : public ::testing::TestWithParam<Case> {};
 

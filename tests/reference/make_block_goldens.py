@@ -44,7 +44,7 @@ MAX_ATTEMPTS = 400
 # name, prompt lengths, settings (CLI names without dashes); temperature 0 throughout.
 CASES = [
     ("block8_maskgit_plus_steps24", [6], dict(alg="maskgit_plus", steps=24, max_new_tokens=24, block_size=8)),
-    ("block8_topk_margin_len20_steps10", [7], dict(alg="topk_margin", steps=10, max_new_tokens=20, block_size=8)),
+    ("block8_topk_margin_len20_steps7", [7], dict(alg="topk_margin", steps=7, max_new_tokens=20, block_size=8)),
     ("block8_entropy_topp0.9_steps12", [6], dict(alg="entropy", steps=12, max_new_tokens=24, block_size=8, top_p=0.9)),
     ("block8_origin_steps12_seed5", [6], dict(alg="origin", steps=12, max_new_tokens=24, block_size=8, seed=5)),
     ("batch2_block8_entropy_steps12", [5, 12], dict(alg="entropy", steps=12, max_new_tokens=24, block_size=8)),

@@ -87,6 +87,11 @@ TEST(DiffusionBlocks, LayoutAndStepSplit) {
   EXPECT_EQ(b[0].steps, 2);
   EXPECT_EQ(b[1].steps, 2);
   EXPECT_EQ(b[2].steps, 1);
+  o.steps = 7;  // floor(7*16/40) = 2, floor(7*32/40) = 5, 7: rounded down at each block's end
+  b = diffusion_blocks(o);
+  EXPECT_EQ(b[0].steps, 2);
+  EXPECT_EQ(b[1].steps, 3);
+  EXPECT_EQ(b[2].steps, 2);
   o.sampling.alg = DiffusionAlg::ConfidenceThreshold;
   EXPECT_EQ(diffusion_blocks(o)[0].steps, 0);  // not scheduled
   o.mode = DiffusionMode::Exact;
