@@ -4,13 +4,36 @@
 #include <sonde/error.h>
 #include <sonde/model_dir.h>
 #include <sonde/registry.h>
+#include <sonde/request.h>
 
 #include "run_internal.h"
 
+#include <algorithm>
 #include <filesystem>
 
 namespace sonde::run_detail {
 namespace fs = std::filesystem;
+
+namespace {
+
+// The diffusion decodings the run's requests resolve to, each once, in order of first use: a
+// dump says which mode produced it (exact or block) and with what.
+nlohmann::json decoding(const RunModel& s, const std::vector<PreparedRequest>& prepared) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : prepared) {
+    const DiffusionOptions d = resolve_diffusion(p.settings, s.config());
+    nlohmann::json e{{"diffusion_mode", diffusion_mode_name(d.mode)}, {"alg", diffusion_alg_name(d.sampling.alg)},
+                     {"max_new_tokens", d.max_new_tokens}, {"cache", "none"}};
+    if (d.mode == DiffusionMode::Block) e["block_size"] = d.block_size;
+    if (d.sampling.alg == DiffusionAlg::ConfidenceThreshold) e["threshold"] = d.threshold;
+    if (d.tokens_per_step > 0) e["tokens_per_step"] = d.tokens_per_step;
+    if (d.sampling.alg != DiffusionAlg::ConfidenceThreshold && d.tokens_per_step == 0) e["steps"] = d.steps;
+    if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace
 
 nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vector<PreparedRequest>& prepared) {
   const auto& raw = s.config().raw_json;
@@ -22,6 +45,7 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
                    {"batch_size", o.batch_size},
                    {"defaults", o.defaults.to_json()},
                    {"capture", o.capture.to_json()}};
+  if (o.kind == RunKind::Generate && s.info().decoding == DecodingKind::MaskedDiffusion) j["decoding"] = decoding(s, prepared);
   if (!o.dataset_path.empty()) {
     j["input_sha256"] = sha256_file(o.dataset_path);
   } else {  // a one-shot file is the only record of what it ran
@@ -53,6 +77,20 @@ RunMetadata run_metadata(const RunModel& s, const std::string& run_config_json, 
                {"storage_dtype", storage_dtype},
                {"weight_processing", "none"}};
   m.ints = {{"prediction_shift", s.info().prediction_shift}, {"rank", 0}, {"world_size", 1}};
+  // A diffusion run's decoding as root attributes too, when its requests share one ("mixed"
+  // otherwise: run_config_json's "decoding" lists them).
+  const auto config = nlohmann::json::parse(run_config_json, nullptr, false);
+  if (config.is_object() && config.contains("decoding") && !config["decoding"].empty()) {
+    const auto& d = config["decoding"];
+    const auto& e = d.front();
+    m.strings["diffusion_mode"] = d.size() == 1 ? e["diffusion_mode"].get<std::string>() : "mixed";
+    m.strings["diffusion_cache"] = "none";
+    if (d.size() == 1) {
+      m.ints["block_size"] = e.value("block_size", e["max_new_tokens"].get<std::int64_t>());
+      if (e.contains("threshold")) m.strings["threshold"] = e["threshold"].dump();
+      if (e.contains("tokens_per_step")) m.ints["tokens_per_step"] = e["tokens_per_step"].get<std::int64_t>();
+    }
+  }
   return m;
 }
 

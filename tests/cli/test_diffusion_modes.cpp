@@ -111,6 +111,7 @@ TEST_F(DiffusionModes, StepsRecordTheBlockAndTheRecomputedPositions) {
   EXPECT_EQ(read_ints(out, "/steps/block"), (std::vector<std::int64_t>{0, 0, 1, 1}));
   EXPECT_EQ(read_ints(out, "/steps/n_recomputed"), (std::vector<std::int64_t>{11, 11, 11, 11}));  // 3 + 8, no cache
   EXPECT_EQ(read_ints(out, "/steps/n_transfer"), (std::vector<std::int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(int_attr(out, "block_size"), 4);  // the mode's other root attributes: docs/hdf5-layout.md
   // A threshold of 1 commits one slot per step: as many steps as tokens.
   const auto t = dir_ / "t.h5";
   ASSERT_EQ(generate({"--max-new-tokens", "8", "--diffusion-mode", "block", "--block-size", "4", "--alg",
