@@ -258,7 +258,8 @@ int cmd_bench(const Args& args) {
   po::options_description desc("bench options");
   add_common_options(desc, o.common);
   desc.add_options()
-      ("mode", po::value(&o.mode)->default_value("prefill"), "prefill, decode or diffusion-step")
+      ("mode", po::value(&o.mode)->default_value("prefill"),
+       "prefill, decode, diffusion-step or diffusion (whole generations per decoding mode)")
       ("tokens", po::value(&o.tokens)->default_value(128),
        "prefill: tokens per row; decode, diffusion: tokens generated after the prompt; diffusion-step: canvas length")
       ("prompt-tokens", po::value(&o.prompt_tokens),
@@ -267,7 +268,7 @@ int cmd_bench(const Args& args) {
       ("repeat", po::value(&o.repeat)->default_value(3), "timed runs after one warm-up; best and median reported")
       ("no-kv-cache", po::bool_switch(&o.no_cache), "decode: recompute the whole prefix every step (what the cache saves)")
       ("block-size", po::value(&o.diffusion.block_size)->default_value(32), "diffusion: block size of the block modes")
-      ("threshold", po::value(&o.diffusion.threshold)->default_value(0.9), "diffusion: confidence_threshold's threshold")
+      ("threshold", po::value(&o.diffusion.threshold)->default_value(0.9, "0.9"), "diffusion: confidence_threshold's threshold")
       ("tokens-per-step", po::value(&o.diffusion.tokens_per_step)->default_value(4),
        "diffusion: slots per step of the fixed-rate mode (independent of the weights)")
       ("json", po::bool_switch(&o.json), "print one JSON object");
