@@ -2,6 +2,7 @@
 // (design §6). Every mode runs once to warm up (page in the weights, grow the allocator), then
 // --repeat times; "seconds" is the best run and "median_seconds" the median.
 #include "app_common.h"
+#include "bench_diffusion.h"
 #include "commands.h"
 #include <sonde/host/cpu.h>
 #include <sonde/host/stream_read.h>
@@ -30,6 +31,7 @@ struct BenchOptions {
   CommonOptions common;
   std::string mode = "prefill";
   std::int64_t tokens = 128, prompt_tokens = 128, batch = 1, repeat = 3;
+  DiffusionBenchOptions diffusion;  // --mode diffusion
   bool json = false, prompt_given = false, no_cache = false;
 };
 
@@ -130,8 +132,8 @@ RunTime run_once(Session& s, const BenchOptions& o, bool warmup) {
 }
 
 void check_options(BenchOptions& o) {
-  if (o.mode != "prefill" && o.mode != "decode" && o.mode != "diffusion-step")
-    bad_input("--mode: '{}' is not prefill, decode or diffusion-step", o.mode);
+  if (o.mode != "prefill" && o.mode != "decode" && o.mode != "diffusion-step" && o.mode != "diffusion")
+    bad_input("--mode: '{}' is not prefill, decode, diffusion-step or diffusion", o.mode);
   if (o.tokens < 1) bad_input("--tokens must be at least 1, got {}", o.tokens);
   if (o.batch < 1) bad_input("--batch must be at least 1, got {}", o.batch);
   if (o.repeat < 1) bad_input("--repeat must be at least 1, got {}", o.repeat);
@@ -148,13 +150,14 @@ void check_options(BenchOptions& o) {
 void check_model(const Session& s, const BenchOptions& o) {
   const auto& cfg = s.config();
   const bool diffusion = s.info().decoding == DecodingKind::MaskedDiffusion;
-  if (o.mode == "diffusion-step" && !diffusion)
-    bad_input("--mode diffusion-step: {} is a {} model (autoregressive); it needs a masked-diffusion model such as Dream",
-              cfg.dir.string(), s.info().arch);
+  if ((o.mode == "diffusion-step" || o.mode == "diffusion") && !diffusion)
+    bad_input("--mode {}: {} is a {} model (autoregressive); it needs a masked-diffusion model such as Dream",
+              o.mode, cfg.dir.string(), s.info().arch);
   if (o.mode == "decode" && diffusion)
     bad_input("--mode decode: {} is a {} model (masked diffusion, no KV cache); use --mode diffusion-step",
               cfg.dir.string(), s.info().arch);
-  const auto total = o.mode == "decode" ? o.prompt_tokens + o.tokens + 1 : o.tokens;
+  const auto total = o.mode == "decode" ? o.prompt_tokens + o.tokens + 1
+                     : o.mode == "diffusion" ? o.prompt_tokens + o.tokens : o.tokens;
   if (total > cfg.max_position_embeddings)
     bad_input("--tokens: {} positions exceed max_position_embeddings {} of {}", total, cfg.max_position_embeddings,
               cfg.dir.string());
@@ -255,17 +258,22 @@ int cmd_bench(const Args& args) {
   po::options_description desc("bench options");
   add_common_options(desc, o.common);
   desc.add_options()
-      ("mode", po::value(&o.mode)->default_value("prefill"), "prefill, decode or diffusion-step")
+      ("mode", po::value(&o.mode)->default_value("prefill"),
+       "prefill, decode, diffusion-step or diffusion (whole generations per decoding mode)")
       ("tokens", po::value(&o.tokens)->default_value(128),
-       "prefill: tokens per row; decode: tokens generated after the prompt; diffusion-step: canvas length")
+       "prefill: tokens per row; decode, diffusion: tokens generated after the prompt; diffusion-step: canvas length")
       ("prompt-tokens", po::value(&o.prompt_tokens),
-       "decode: prompt length (default 128); diffusion-step: prompt part of the canvas (default tokens/2)")
+       "decode, diffusion: prompt length (default 128); diffusion-step: prompt part of the canvas (default tokens/2)")
       ("batch", po::value(&o.batch)->default_value(1), "rows per forward")
       ("repeat", po::value(&o.repeat)->default_value(3), "timed runs after one warm-up; best and median reported")
       ("no-kv-cache", po::bool_switch(&o.no_cache), "decode: recompute the whole prefix every step (what the cache saves)")
+      ("block-size", po::value(&o.diffusion.block_size)->default_value(32), "diffusion: block size of the block modes")
+      ("threshold", po::value(&o.diffusion.threshold)->default_value(0.9, "0.9"), "diffusion: confidence_threshold's threshold")
+      ("tokens-per-step", po::value(&o.diffusion.tokens_per_step)->default_value(4),
+       "diffusion: slots per step of the fixed-rate mode (independent of the weights)")
       ("json", po::bool_switch(&o.json), "print one JSON object");
   po::variables_map vm;
-  if (!parse_options(args, "usage: sonde bench --model DIR [--mode prefill|decode|diffusion-step] [--tokens N] "
+  if (!parse_options(args, "usage: sonde bench --model DIR [--mode prefill|decode|diffusion-step|diffusion] [--tokens N] "
                            "[--prompt-tokens N] [--batch N] [--repeat N] [--json]", desc, vm))
     return 0;
   o.prompt_given = vm.count("prompt-tokens") > 0;
@@ -273,6 +281,12 @@ int cmd_bench(const Args& args) {
 
   auto session = open_session(o.common);
   check_model(*session, o);
+  if (o.mode == "diffusion") {  // whole generations per decoding mode (bench_diffusion.h)
+    o.diffusion.tokens = o.tokens;
+    o.diffusion.repeat = o.repeat;
+    o.diffusion.json = o.json;
+    return bench_diffusion_modes(*session, bench_prompts(*session, o.batch, o.prompt_tokens), o.diffusion);
+  }
   run_once(*session, o, true);
   // Decode is bound by reading the weights once per token. The host's memory bandwidth moves
   // with its other tenants (45 to 80 GB/s seen here within minutes), so the bound is measured

@@ -38,7 +38,12 @@ void add_generation_options(po::options_description& desc, bool all) {
       ("top-k", po::value<std::int64_t>(), "keep the k most likely tokens")
       ("top-p", po::value<double>(), "nucleus sampling mass")
       ("steps", po::value<std::int64_t>(), "diffusion steps (default: max-new-tokens)")
-      ("alg", po::value<std::string>(), "diffusion: origin, maskgit_plus, topk_margin or entropy (default entropy)");
+      ("alg", po::value<std::string>(),
+       "diffusion: origin, maskgit_plus, topk_margin, entropy (default) or confidence_threshold")
+      ("diffusion-mode", po::value<std::string>(), "diffusion: exact (default) or block (blocks filled left to right)")
+      ("block-size", po::value<std::int64_t>(), "diffusion block mode: slots per block (default 32; the last may be shorter)")
+      ("threshold", po::value<double>(), "alg confidence_threshold: commit every slot with p >= this, in (0, 1] (default 0.9)")
+      ("tokens-per-step", po::value<std::int64_t>(), "diffusion: commit this many slots per step instead of the steps schedule");
   if (!all) return;
   desc.add_options()
       ("repetition-penalty", po::value<double>(), "autoregressive only")
@@ -61,6 +66,10 @@ GenerationSettings generation_settings(const po::variables_map& vm) {
   s.eps = flag<double>(vm, "eps");
   s.alg = flag<std::string>(vm, "alg");
   s.stop = flag<std::vector<std::string>>(vm, "stop");
+  s.diffusion_mode = flag<std::string>(vm, "diffusion-mode");
+  s.block_size = flag<std::int64_t>(vm, "block-size");
+  s.threshold = flag<double>(vm, "threshold");
+  s.tokens_per_step = flag<std::int64_t>(vm, "tokens-per-step");
   if (s.max_new_tokens && *s.max_new_tokens < 1) bad_input("--max-new-tokens must be at least 1, got {}", *s.max_new_tokens);
   if (s.steps && *s.steps < 1) bad_input("--steps must be at least 1, got {}", *s.steps);
   if (s.alg) as_flag("--alg", [&] { parse_diffusion_alg(*s.alg); });

@@ -29,6 +29,7 @@ struct DiffusionCapture {
   std::int64_t T = 0, N = 0;      // padded prompt width, canvas width
   StepInput input;                // the latest forward's input
   std::vector<std::int32_t> canvas;  // [B, N] after the latest step
+  std::int64_t steps_done = 0;       // block modes without a schedule end when the canvas is full
 
   std::int64_t pad(std::size_t r) const { return T - static_cast<std::int64_t>(prompts[r].size()); }
 
@@ -42,10 +43,10 @@ struct DiffusionCapture {
     return false;
   }
 
-  bool step_wanted(std::int64_t i) const {
+  bool step_wanted(std::int64_t i, bool last) const {
     switch (spec.steps.kind) {
       case StepPolicy::Kind::All: return true;
-      case StepPolicy::Kind::Every: return i % spec.steps.every == 0 || i == o.steps - 1;
+      case StepPolicy::Kind::Every: return i % spec.steps.every == 0 || last;
       default: return false;
     }
   }
@@ -55,7 +56,9 @@ struct DiffusionCapture {
       const auto b = st.canvas.begin() + static_cast<std::int64_t>(r) * N;
       out[r].steps.push_back(StepRecord{prompt_idx[r], static_cast<std::int32_t>(st.step), st.t,
                                         static_cast<std::int32_t>(st.transfer[r].size()),
-                                        std::vector<std::int32_t>(b + pad(r), b + N)});
+                                        std::vector<std::int32_t>(b + pad(r), b + N),
+                                        static_cast<std::int32_t>(st.block[r]),
+                                        static_cast<std::int32_t>(st.recomputed[r])});
     }
   }
 
@@ -74,10 +77,11 @@ struct DiffusionCapture {
 
   void on_step(const DiffusionStep& st) {
     canvas = st.canvas;
+    steps_done = st.step + 1;
     if (spec.record_steps) record_step(st);
     if (!store) return;
     const bool commit = spec.steps.kind == StepPolicy::Kind::Commit;
-    if (!commit && !step_wanted(st.step)) return;
+    if (!commit && !step_wanted(st.step, st.last)) return;
     for (std::size_t r = 0; r < prompts.size(); ++r) {
       auto transfer = st.transfer[r];
       std::sort(transfer.begin(), transfer.end());
@@ -90,13 +94,13 @@ struct DiffusionCapture {
     }
   }
 
-  // `final`: one forward over the final canvas, rows labelled with step = steps.
+  // `final`: one forward over the final canvas, rows labelled with step = the number of steps run.
   void final_forward(DecodeForward& model) {
     input.ids = canvas;
     model.forward(input);
     for (std::size_t r = 0; r < prompts.size(); ++r)
       for (std::int64_t j = 0; j < N; ++j)
-        if (position_wanted(r, j)) add_row(r, j, static_cast<std::int32_t>(o.steps), false, kNaN);
+        if (position_wanted(r, j)) add_row(r, j, static_cast<std::int32_t>(steps_done), false, kNaN);
   }
 };
 
@@ -119,7 +123,7 @@ DiffusionCaptureResult diffusion_generate_captured(DecodeForward& model,
   if (!spec.hooks.empty()) store.emplace(model, spec);
   std::int64_t T = 0;
   for (const auto& p : prompts) T = std::max<std::int64_t>(T, static_cast<std::int64_t>(p.size()));
-  DiffusionCapture cap{spec, o, prompts, prompt_idx, store ? &*store : nullptr, res.captured, T, T + o.max_new_tokens, {}, {}};
+  DiffusionCapture cap{spec, o, prompts, prompt_idx, store ? &*store : nullptr, res.captured, T, T + o.max_new_tokens, {}, {}, 0};
   AfterForward fwd(model, [&](const StepInput& in) { cap.input = in; });
   res.result = diffusion_generate(fwd, prompts, o, [&](const DiffusionStep& st) {
     cap.on_step(st);

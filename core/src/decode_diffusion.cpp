@@ -4,6 +4,8 @@
 #include <sonde/decode.h>
 #include <sonde/error.h>
 
+#include "decode_diffusion_internal.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -30,17 +32,61 @@ std::int64_t diffusion_unmask_count(float n, float t, float s, bool last_step) {
   return static_cast<std::int64_t>(n * ratio);  // int(): truncation
 }
 
+DiffusionMode parse_diffusion_mode(std::string_view name) {
+  if (name == "exact") return DiffusionMode::Exact;
+  if (name == "block") return DiffusionMode::Block;
+  bad_input("unknown diffusion mode '{}' (expected exact or block)", name);
+}
+
+std::string_view diffusion_mode_name(DiffusionMode mode) {
+  return mode == DiffusionMode::Block ? "block" : "exact";
+}
+
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+bool scheduled(const DiffusionOptions& o) {
+  return o.sampling.alg != DiffusionAlg::ConfidenceThreshold && o.tokens_per_step == 0;
+}
 
-struct Canvas {
-  std::int64_t B = 0, N = 0, T = 0;
-  std::vector<std::int32_t> x;  // [B, N]
-  StepInput input;              // ids refreshed from x every step
-  std::vector<std::int64_t> pad;  // left-pad slots per row
-};
+std::int64_t block_count(const DiffusionOptions& o) {
+  if (o.mode == DiffusionMode::Exact) return 1;
+  return (o.max_new_tokens + o.block_size - 1) / o.block_size;
+}
+
+}  // namespace
+
+void check_diffusion_options(const DiffusionOptions& o) {
+  if (o.steps < 1) bad_input("steps must be at least 1, got {}", o.steps);
+  if (o.max_new_tokens < 1) bad_input("max_new_tokens must be at least 1, got {}", o.max_new_tokens);
+  if (!(o.eps > 0 && o.eps < 1)) bad_input("eps must lie in (0, 1), got {}", o.eps);
+  if (o.alg_temp && *o.alg_temp < 0) bad_input("alg_temp must not be negative, got {}", *o.alg_temp);
+  if (o.block_size < 1) bad_input("block_size must be at least 1, got {}", o.block_size);
+  if (!(o.threshold > 0 && o.threshold <= 1)) bad_input("threshold: {} is outside (0, 1]", o.threshold);
+  if (o.tokens_per_step < 0) bad_input("tokens_per_step must be at least 1, got {}", o.tokens_per_step);
+  if (o.tokens_per_step > 0 && (o.sampling.alg == DiffusionAlg::Origin || o.sampling.alg == DiffusionAlg::ConfidenceThreshold))
+    bad_input("tokens_per_step needs alg maskgit_plus, topk_margin or entropy, not {}", diffusion_alg_name(o.sampling.alg));
+  const auto blocks = block_count(o);
+  if (scheduled(o) && o.steps < blocks)
+    bad_input("steps: {} is fewer than the {} blocks of {} new tokens in blocks of {} (each block needs a step)", o.steps,
+              blocks, o.max_new_tokens, o.block_size);
+}
+
+std::vector<DiffusionBlock> diffusion_blocks(const DiffusionOptions& o) {
+  const std::int64_t G = o.max_new_tokens, S = scheduled(o) ? o.steps : 0;
+  if (o.mode == DiffusionMode::Exact) return {{0, G, S}};
+  std::vector<DiffusionBlock> out;
+  for (std::int64_t start = 0; start < G; start += o.block_size) {
+    const std::int64_t end = std::min(G, start + o.block_size);
+    out.push_back({start, end - start, S * end / G - S * start / G});
+  }
+  return out;
+}
+
+std::int64_t block_unmask_count(std::int64_t length, std::int64_t steps, std::int64_t j) {
+  return (j + 1) * length / steps - j * length / steps;
+}
+
+namespace diffusion_detail {
 
 Canvas make_canvas(const PaddedBatch& pb, const DiffusionOptions& o) {
   Canvas c{pb.batch, pb.tokens + o.max_new_tokens, pb.tokens, {}, {}, pb.pad};
@@ -63,7 +109,6 @@ Canvas make_canvas(const PaddedBatch& pb, const DiffusionOptions& o) {
   return c;
 }
 
-// Row r's slots ordered by confidence, highest first; ties to the lower slot (model-spec §0.14).
 std::vector<std::int64_t> top_slots(const double* conf, std::int64_t N, std::int64_t k) {
   std::vector<std::int64_t> idx(static_cast<std::size_t>(N));
   std::iota(idx.begin(), idx.end(), 0);
@@ -72,8 +117,7 @@ std::vector<std::int64_t> top_slots(const double* conf, std::int64_t N, std::int
   return idx;
 }
 
-// multinomial(softmax(conf / alg_temp), k) without replacement: one draw at a time, each from
-// the renormalised weights of the slots not drawn yet.
+// One draw at a time, each from the renormalised weights of the slots not drawn yet.
 std::vector<std::int64_t> sample_slots(const double* conf, std::int64_t N, std::int64_t k, double alg_temp,
                                        std::uint64_t seed, std::int64_t step) {
   double m = kNegInf;
@@ -94,25 +138,42 @@ std::vector<std::int64_t> sample_slots(const double* conf, std::int64_t N, std::
   return out;
 }
 
-// The shifted logits of slot j: slot 0 keeps its own, slot j > 0 uses slot j - 1.
 std::span<const float> shifted_row(const Tensor& logits, std::int64_t r, std::int64_t j, std::int64_t N, std::int64_t V) {
   const std::int64_t src = j == 0 ? 0 : j - 1;
   return {logits.data<float>() + (r * N + src) * V, static_cast<std::size_t>(V)};
 }
 
-}  // namespace
+DiffusionResult make_result(const Canvas& c, const std::vector<std::vector<std::int32_t>>& prompts,
+                            const DiffusionOptions& o) {
+  DiffusionResult res{c.B, c.N, {}, {}};
+  for (std::int64_t r = 0; r < c.B; ++r) {
+    const auto& p = prompts[static_cast<std::size_t>(r)];
+    auto gen_begin = c.x.begin() + r * c.N + c.T;
+    std::vector<std::int32_t> completion(gen_begin, gen_begin + o.max_new_tokens);
+    std::vector<std::int32_t> seq = p;
+    seq.insert(seq.end(), completion.begin(), completion.end());
+    res.sequences.push_back(std::move(seq));
+    res.completions.push_back(std::move(completion));
+  }
+  return res;
+}
+
+}  // namespace diffusion_detail
+
+using namespace diffusion_detail;
 
 DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::vector<std::int32_t>>& prompts,
                                    const DiffusionOptions& o, const DiffusionCallback& on_step) {
-  if (o.steps < 1) bad_input("steps must be at least 1, got {}", o.steps);
-  if (o.max_new_tokens < 1) bad_input("max_new_tokens must be at least 1, got {}", o.max_new_tokens);
-  if (!(o.eps > 0 && o.eps < 1)) bad_input("eps must lie in (0, 1), got {}", o.eps);
-  if (o.alg_temp && *o.alg_temp < 0) bad_input("alg_temp must not be negative, got {}", *o.alg_temp);
+  check_diffusion_options(o);
+  if (o.mode != DiffusionMode::Exact || !scheduled(o)) return blockwise_generate(model, prompts, o, on_step);
   Canvas c = make_canvas(left_pad(prompts, o.pad_id), o);
   const std::int64_t B = c.B, N = c.N, V = model.vocab_size();
   const auto ts = diffusion_timesteps(o.steps, o.eps);
   auto seed = [&](std::int64_t r) { return o.seeds.empty() ? 0 : o.seeds.at(static_cast<std::size_t>(r)); };
   const bool by_position_sampling = o.alg_temp && *o.alg_temp > 0;
+  const std::vector<std::int64_t> block(static_cast<std::size_t>(B), 0);
+  std::vector<std::int64_t> recomputed;  // no cache: every real slot, every step
+  for (auto p : c.pad) recomputed.push_back(N - p);
   // A draw's slot counter is the slot in the row's own (unpadded) canvas, so a prompt's draws do
   // not depend on how far a batch left-pads it (one seed, one output, alone or in a batch).
   auto slot = [&](std::int64_t r, std::int64_t j) {
@@ -167,20 +228,9 @@ DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::
         }
       }
     }
-    if (on_step) on_step(DiffusionStep{i, k, t, s, B, N, c.x, conf, transfer});
+    if (on_step) on_step(DiffusionStep{i, k, t, s, B, N, c.x, conf, transfer, block, recomputed, last});
   }
-
-  DiffusionResult res{B, N, {}, {}};
-  for (std::int64_t r = 0; r < B; ++r) {
-    const auto& p = prompts[static_cast<std::size_t>(r)];
-    auto gen_begin = c.x.begin() + r * N + c.T;
-    std::vector<std::int32_t> completion(gen_begin, gen_begin + o.max_new_tokens);
-    std::vector<std::int32_t> seq = p;
-    seq.insert(seq.end(), completion.begin(), completion.end());
-    res.sequences.push_back(std::move(seq));
-    res.completions.push_back(std::move(completion));
-  }
-  return res;
+  return make_result(c, prompts, o);
 }
 
 }  // namespace sonde

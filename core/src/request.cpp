@@ -42,7 +42,8 @@ double number(const std::string& key, const json& v) {
 
 const std::vector<std::string>& GenerationSettings::keys() {
   static const std::vector<std::string> names{"max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
-                                              "seed", "steps", "alg", "alg_temp", "eps", "stop"};
+                                              "seed", "steps", "alg", "alg_temp", "eps", "stop",
+                                              "diffusion_mode", "block_size", "threshold", "tokens_per_step"};
   return names;
 }
 
@@ -59,6 +60,10 @@ GenerationSettings GenerationSettings::overridden_by(const GenerationSettings& o
   take(s.alg, o.alg);
   take(s.stop, o.stop);
   take(s.seed, o.seed);
+  take(s.diffusion_mode, o.diffusion_mode);
+  take(s.block_size, o.block_size);
+  take(s.threshold, o.threshold);
+  take(s.tokens_per_step, o.tokens_per_step);
   return s;
 }
 
@@ -75,6 +80,10 @@ json GenerationSettings::to_json() const {
   set_if(j, "alg", alg);
   set_if(j, "stop", stop);
   set_if(j, "seed", seed);
+  set_if(j, "diffusion_mode", diffusion_mode);
+  set_if(j, "block_size", block_size);
+  set_if(j, "threshold", threshold);
+  set_if(j, "tokens_per_step", tokens_per_step);
   return j;
 }
 
@@ -97,9 +106,12 @@ GenerationSettings GenerationSettings::from_json(const json& o) {
     else if (key == "repetition_penalty") s.repetition_penalty = number(key, v);
     else if (key == "eps") s.eps = number(key, v);
     else if (key == "alg_temp") s.alg_temp = number(key, v);
-    else if (key == "alg") {
+    else if (key == "block_size") s.block_size = whole(key, v);
+    else if (key == "tokens_per_step") s.tokens_per_step = whole(key, v);
+    else if (key == "threshold") s.threshold = number(key, v);
+    else if (key == "alg" || key == "diffusion_mode") {
       if (!v.is_string()) bad_value(key, v);
-      s.alg = v.get<std::string>();
+      (key == "alg" ? s.alg : s.diffusion_mode) = v.get<std::string>();
     } else if (key == "stop") {
       if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); })) bad_value(key, v);
       s.stop = v.get<std::vector<std::string>>();
@@ -125,6 +137,25 @@ void GenerationSettings::check() const {
     bad_input("repetition_penalty: {} is not positive", *repetition_penalty);
   if (eps && !(finite("eps", *eps) > 0 && *eps < 1)) bad_input("eps: {} is outside (0, 1)", *eps);
   if (alg) parse_diffusion_alg(*alg);
+  check_diffusion_settings();
+}
+
+void GenerationSettings::check_diffusion_settings() const {
+  const auto mode = parse_diffusion_mode(diffusion_mode.value_or("exact"));
+  const auto a = parse_diffusion_alg(alg.value_or("entropy"));
+  if (block_size && *block_size < 1) bad_input("block_size: {} is less than 1", *block_size);
+  if (block_size && mode == DiffusionMode::Exact)
+    bad_input("block_size: {} needs diffusion_mode block (exact mode has one block, the whole generation)", *block_size);
+  if (threshold && !(std::isfinite(*threshold) && *threshold > 0 && *threshold <= 1))
+    bad_input("threshold: {} is outside (0, 1]", *threshold);
+  if (threshold && a != DiffusionAlg::ConfidenceThreshold)
+    bad_input("threshold: {} needs alg confidence_threshold, not {}", *threshold, diffusion_alg_name(a));
+  if (tokens_per_step && *tokens_per_step < 1) bad_input("tokens_per_step: {} is less than 1", *tokens_per_step);
+  if (tokens_per_step && (a == DiffusionAlg::Origin || a == DiffusionAlg::ConfidenceThreshold))
+    bad_input("tokens_per_step: {} needs alg maskgit_plus, topk_margin or entropy, not {}", *tokens_per_step,
+              diffusion_alg_name(a));
+  if (alg_temp && *alg_temp > 0 && a == DiffusionAlg::ConfidenceThreshold)
+    bad_input("alg_temp: {} is not used by alg confidence_threshold (it commits by threshold, not by drawing)", *alg_temp);
 }
 
 std::int64_t resolve_max_new_tokens(const GenerationSettings& s, const ModelConfig& cfg) {
@@ -160,6 +191,10 @@ DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfi
   d.sampling.top_p = s.top_p ? s.top_p : gen.top_p;
   d.sampling.top_k = s.top_k ? s.top_k : gen.top_k;
   d.alg_temp = s.alg_temp ? s.alg_temp : gen.alg_temp;
+  d.mode = parse_diffusion_mode(s.diffusion_mode.value_or("exact"));
+  d.block_size = s.block_size.value_or(d.block_size);
+  d.threshold = s.threshold.value_or(d.threshold);
+  d.tokens_per_step = s.tokens_per_step.value_or(0);
   const auto mask = cfg.mask_token_id ? cfg.mask_token_id : gen.mask_token_id;
   if (!mask) bad_input("{}: config.json has no mask_token_id", cfg.dir.string());
   d.mask_id = static_cast<std::int32_t>(*mask);

@@ -4,13 +4,36 @@
 #include <sonde/error.h>
 #include <sonde/model_dir.h>
 #include <sonde/registry.h>
+#include <sonde/request.h>
 
 #include "run_internal.h"
 
+#include <algorithm>
 #include <filesystem>
 
 namespace sonde::run_detail {
 namespace fs = std::filesystem;
+
+namespace {
+
+// The diffusion decodings the run's requests resolve to, each once, in order of first use: a
+// dump says which mode produced it (exact or block) and with what.
+nlohmann::json decoding(const RunModel& s, const std::vector<PreparedRequest>& prepared) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : prepared) {
+    const DiffusionOptions d = resolve_diffusion(p.settings, s.config());
+    nlohmann::json e{{"diffusion_mode", diffusion_mode_name(d.mode)}, {"alg", diffusion_alg_name(d.sampling.alg)},
+                     {"max_new_tokens", d.max_new_tokens}, {"cache", "none"}};
+    if (d.mode == DiffusionMode::Block) e["block_size"] = d.block_size;
+    if (d.sampling.alg == DiffusionAlg::ConfidenceThreshold) e["threshold"] = d.threshold;
+    if (d.tokens_per_step > 0) e["tokens_per_step"] = d.tokens_per_step;
+    if (d.sampling.alg != DiffusionAlg::ConfidenceThreshold && d.tokens_per_step == 0) e["steps"] = d.steps;
+    if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace
 
 nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vector<PreparedRequest>& prepared) {
   const auto& raw = s.config().raw_json;
@@ -27,6 +50,7 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
     for (const auto& e : o.edits) edits.push_back(e.to_json());
     j["edits"] = edits;
   }
+  if (o.kind == RunKind::Generate && s.info().decoding == DecodingKind::MaskedDiffusion) j["decoding"] = decoding(s, prepared);
   if (!o.dataset_path.empty()) {
     j["input_sha256"] = sha256_file(o.dataset_path);
   } else {  // a one-shot file is the only record of what it ran
@@ -61,6 +85,20 @@ RunMetadata run_metadata(const RunModel& s, const nlohmann::json& run_config, co
   m.ints = {{"prediction_shift", s.info().prediction_shift}, {"rank", 0}, {"world_size", 1}};
   // The edits a run applied, on every output (run_config_json holds them too, with the rest).
   if (run_config.contains("edits")) m.strings["edits_json"] = run_config["edits"].dump();
+  // A diffusion run's decoding as root attributes too, when its requests share one ("mixed"
+  // otherwise: run_config_json's "decoding" lists them).
+  const auto& config = run_config;
+  if (config.is_object() && config.contains("decoding") && !config["decoding"].empty()) {
+    const auto& d = config["decoding"];
+    const auto& e = d.front();
+    m.strings["diffusion_mode"] = d.size() == 1 ? e["diffusion_mode"].get<std::string>() : "mixed";
+    m.strings["diffusion_cache"] = "none";
+    if (d.size() == 1) {
+      m.ints["block_size"] = e.value("block_size", e["max_new_tokens"].get<std::int64_t>());
+      if (e.contains("threshold")) m.strings["threshold"] = e["threshold"].dump();
+      if (e.contains("tokens_per_step")) m.ints["tokens_per_step"] = e["tokens_per_step"].get<std::int64_t>();
+    }
+  }
   return m;
 }
 

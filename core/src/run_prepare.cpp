@@ -23,6 +23,21 @@ std::vector<std::int32_t> tokenize(const RunModel& s, const Request& r, std::str
   return ids;
 }
 
+// Diffusion settings that only the model can judge: the resolved block and step counts, and a
+// diffusion mode other than exact asked of an autoregressive model.
+void check_decoding_settings(const RunModel& s, const Request& r, const GenerationSettings& g) {
+  try {
+    if (s.info().decoding == DecodingKind::MaskedDiffusion) {
+      check_diffusion_options(resolve_diffusion(g, s.config()));
+    } else if (g.diffusion_mode && *g.diffusion_mode != "exact") {
+      bad_input("diffusion_mode: {} needs a diffusion model; {} decodes autoregressively", *g.diffusion_mode,
+                s.model_dir().string());
+    }
+  } catch (const Error& e) {
+    bad_input("{}: {}", r.where, e.what());
+  }
+}
+
 PreparedRequest prepare_one(const RunModel& s, const Request& r, std::int64_t index, const RunOptions& o) {
   const auto& cfg = s.config();
   PreparedRequest p;
@@ -48,6 +63,7 @@ PreparedRequest prepare_one(const RunModel& s, const Request& r, std::int64_t in
   }
   const auto n = resolve_max_new_tokens(p.settings, cfg);
   if (n < 1) bad_input("{}: max_new_tokens must be at least 1, got {}", r.where, n);
+  check_decoding_settings(s, r, p.settings);
   if (T + n > cfg.max_position_embeddings)
     bad_input("{}: {} prompt tokens + {} new tokens = {} exceed max_position_embeddings {}", r.where, T, n, T + n,
               cfg.max_position_embeddings);

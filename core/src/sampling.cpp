@@ -151,7 +151,9 @@ DiffusionAlg parse_diffusion_alg(std::string_view name) {
   if (name == "maskgit_plus") return DiffusionAlg::MaskgitPlus;
   if (name == "topk_margin") return DiffusionAlg::TopkMargin;
   if (name == "entropy") return DiffusionAlg::Entropy;
-  bad_input("unknown diffusion alg '{}' (expected origin, maskgit_plus, topk_margin or entropy)", name);
+  if (name == "confidence_threshold") return DiffusionAlg::ConfidenceThreshold;
+  bad_input("unknown diffusion alg '{}' (expected origin, maskgit_plus, topk_margin, entropy or confidence_threshold)",
+            name);
 }
 
 std::string_view diffusion_alg_name(DiffusionAlg alg) {
@@ -160,6 +162,7 @@ std::string_view diffusion_alg_name(DiffusionAlg alg) {
     case DiffusionAlg::MaskgitPlus: return "maskgit_plus";
     case DiffusionAlg::TopkMargin: return "topk_margin";
     case DiffusionAlg::Entropy: return "entropy";
+    case DiffusionAlg::ConfidenceThreshold: return "confidence_threshold";
   }
   return "?";
 }

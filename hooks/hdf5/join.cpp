@@ -26,7 +26,7 @@ const char* const kPromptValues[] = {"prompt_idx", "row_count", "seed", "id_byte
                                      "finish_reason_bytes", "token_ids"};
 const char* const kPromptOffsets[] = {"id_offsets", "text_offsets", "completion_offsets", "finish_reason_offsets",
                                       "token_offsets"};
-const char* const kStepValues[] = {"prompt_idx", "step", "t", "n_transfer", "canvas"};
+const char* const kStepValues[] = {"prompt_idx", "step", "t", "n_transfer", "block", "n_recomputed", "canvas"};
 
 std::vector<hsize_t> dims_of(const h5::Handle& d) {
   h5::Handle space = h5::dataset_space(d);

@@ -172,6 +172,8 @@ void StepsTable::create(const Handle& file) {
   step_ = column(group_, "step", H5T_STD_I32LE);
   t_ = column(group_, "t", H5T_IEEE_F32LE);
   n_transfer_ = column(group_, "n_transfer", H5T_STD_I32LE);
+  block_ = column(group_, "block", H5T_STD_I32LE);
+  n_recomputed_ = column(group_, "n_recomputed", H5T_STD_I32LE);
   canvas_.create(group_, "canvas", "canvas_offsets", H5T_STD_I32LE);
 }
 
@@ -181,6 +183,8 @@ void StepsTable::open(const Handle& file) {
   step_ = Extendible::open(group_, "step");
   t_ = Extendible::open(group_, "t");
   n_transfer_ = Extendible::open(group_, "n_transfer");
+  block_ = Extendible::open(group_, "block");
+  n_recomputed_ = Extendible::open(group_, "n_recomputed");
   canvas_.open(group_, "canvas", "canvas_offsets");
 }
 
@@ -190,6 +194,8 @@ void StepsTable::append(const std::vector<StepRecord>& steps) {
   step_.append(pluck<std::int32_t>(steps, [](auto& s) { return s.step; }).data(), n, H5T_NATIVE_INT32);
   t_.append(pluck<float>(steps, [](auto& s) { return s.t; }).data(), n, H5T_NATIVE_FLOAT);
   n_transfer_.append(pluck<std::int32_t>(steps, [](auto& s) { return s.n_transfer; }).data(), n, H5T_NATIVE_INT32);
+  block_.append(pluck<std::int32_t>(steps, [](auto& s) { return s.block; }).data(), n, H5T_NATIVE_INT32);
+  n_recomputed_.append(pluck<std::int32_t>(steps, [](auto& s) { return s.n_recomputed; }).data(), n, H5T_NATIVE_INT32);
   for (const auto& s : steps) canvas_.append(s.canvas.data(), s.canvas.size(), H5T_NATIVE_INT32);
 }
 

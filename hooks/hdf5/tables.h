@@ -73,7 +73,8 @@ class PromptsTable {
   RaggedColumn id_, text_, completion_, finish_reason_, token_ids_;
 };
 
-// /steps (diffusion): prompt_idx i64, step i32, t f32, n_transfer i32, canvas i32 + canvas_offsets.
+// /steps (diffusion): prompt_idx i64, step i32, t f32, n_transfer i32, block i32, n_recomputed
+// i32, canvas i32 + canvas_offsets.
 class StepsTable {
  public:
   void create(const Handle& file);
@@ -86,9 +87,9 @@ class StepsTable {
   explicit operator bool() const { return static_cast<bool>(group_); }
 
  private:
-  std::vector<Extendible*> columns() { return {&prompt_idx_, &step_, &t_, &n_transfer_}; }
+  std::vector<Extendible*> columns() { return {&prompt_idx_, &step_, &t_, &n_transfer_, &block_, &n_recomputed_}; }
   Handle group_;
-  Extendible prompt_idx_, step_, t_, n_transfer_;
+  Extendible prompt_idx_, step_, t_, n_transfer_, block_, n_recomputed_;
   RaggedColumn canvas_;
 };
 

@@ -22,10 +22,12 @@ hid_t open_file(const std::filesystem::path& file) {
 
 }  // namespace
 
-std::optional<std::int64_t> complete_attr(const std::filesystem::path& file) {
+std::optional<std::int64_t> complete_attr(const std::filesystem::path& file) { return int_attr(file, "complete"); }
+
+std::optional<std::int64_t> int_attr(const std::filesystem::path& file, const std::string& name) {
   Id f{open_file(file), H5Fclose};
-  if (f.id < 0 || H5Aexists(f.id, "complete") <= 0) return std::nullopt;
-  Id a{H5Aopen(f.id, "complete", H5P_DEFAULT), H5Aclose};
+  if (f.id < 0 || H5Aexists(f.id, name.c_str()) <= 0) return std::nullopt;
+  Id a{H5Aopen(f.id, name.c_str(), H5P_DEFAULT), H5Aclose};
   std::int64_t v = -1;
   if (a.id < 0 || H5Aread(a.id, H5T_NATIVE_INT64, &v) < 0) return std::nullopt;
   return v;

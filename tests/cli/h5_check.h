@@ -11,6 +11,8 @@ namespace sonde::test {
 // The root attribute `complete` (int64), or nullopt when the file cannot be opened as HDF5 or
 // has no such attribute.
 std::optional<std::int64_t> complete_attr(const std::filesystem::path& file);
+// Any integer root attribute, the same way.
+std::optional<std::int64_t> int_attr(const std::filesystem::path& file, const std::string& name);
 // The dimensions of a dataset (empty when it is absent).
 std::vector<std::int64_t> dataset_shape(const std::filesystem::path& file, const std::string& path);
 // A 1-D integer dataset read as int64.

@@ -212,6 +212,24 @@ TEST_F(Bench, TextOutputNamesTheRate) {
   EXPECT_NE(o.out.find("peak RSS"), std::string::npos) << o.describe();
 }
 
+// Whole generations per decoding mode: forwards and tokens per forward follow from the modes
+// (8 new tokens, blocks of 4: exact and block one slot per step; 2 per step: 2 per block).
+TEST_F(Bench, DiffusionModesReportForwardsPerMode) {
+  const json j = bench_json(dream_, {"--mode", "diffusion", "--tokens", "8", "--prompt-tokens", "4", "--repeat", "1",
+                                     "--block-size", "4", "--tokens-per-step", "2", "--backend", "reference"});
+  ASSERT_TRUE(j.contains("runs")) << j.dump();
+  const auto& runs = j["runs"];
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0]["mode"], "exact");
+  EXPECT_EQ(runs[0]["forwards"].get<std::int64_t>(), 8);
+  EXPECT_EQ(runs[1]["forwards"].get<std::int64_t>(), 8);
+  EXPECT_GE(runs[2]["forwards"].get<std::int64_t>(), 2);  // threshold: between 1 and 4 slots a step
+  EXPECT_LE(runs[2]["forwards"].get<std::int64_t>(), 8);
+  EXPECT_EQ(runs[3]["forwards"].get<std::int64_t>(), 4);
+  EXPECT_DOUBLE_EQ(runs[3]["tokens_per_forward"].get<double>(), 2.0);
+  for (const auto& r : runs) EXPECT_GT(r["tokens_per_s"].get<double>(), 0) << r.dump();
+}
+
 TEST_F(Bench, BadInputExitsTwoNamingTheValue) {
   const std::string q = qwen_.string(), d = dream_.string();
   EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "train"}), "bench", {"train"}, {"mode"}));
@@ -226,6 +244,9 @@ TEST_F(Bench, BadInputExitsTwoNamingTheValue) {
   EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "diffusion-step"}), "bench", {"qwen2"},
                              {"masked-diffusion"}));
   EXPECT_TRUE(one_line_error(run({"bench", "--model", d, "--mode", "decode"}), "bench", {"dream"}, {"kv cache"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "diffusion"}), "bench", {"qwen2"}, {"masked-diffusion"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", d, "--mode", "diffusion", "--tokens", "8", "--threshold", "1.5"}),
+                             "bench", {"threshold", "1.5"}, {"outside"}));
   EXPECT_TRUE(one_line_error(run({"bench", "--model", d, "--mode", "diffusion-step", "--tokens", "8",
                                   "--prompt-tokens", "8"}),
                              "bench", {"8"}, {"no masked slot"}));

@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sonde {
@@ -91,7 +92,19 @@ std::vector<Completion> generate_autoregressive(DecodeForward& model,
 
 // ---- masked diffusion ----------------------------------------------------------------------
 
+// exact: Dream's diffusion_generate over the whole canvas (the default and the oracle). block:
+// the generation is cut into blocks of block_size slots (the last one shorter when block_size does
+// not divide max_new_tokens) filled left to right; only the current block's masked slots get a
+// confidence and can be committed (docs/generation.md, "Block mode").
+enum class DiffusionMode { Exact, Block };
+DiffusionMode parse_diffusion_mode(std::string_view name);  // "exact", "block"
+std::string_view diffusion_mode_name(DiffusionMode mode);
+
 struct DiffusionOptions {
+  DiffusionMode mode = DiffusionMode::Exact;
+  std::int64_t block_size = 32;               // block mode
+  double threshold = 0.9;                     // alg confidence_threshold: commit p[token] >= threshold
+  std::int64_t tokens_per_step = 0;           // > 0: this many per step instead of the steps schedule
   std::int64_t max_new_tokens = 16;
   std::int64_t steps = 16;
   double eps = 1e-3;
@@ -101,6 +114,25 @@ struct DiffusionOptions {
   std::int32_t pad_id = 0;                    // fed at left-padding slots
   std::vector<std::uint64_t> seeds;           // per row; empty: 0 for every row
 };
+
+// BadInput for options no loop can run: steps or max_new_tokens < 1, eps outside (0, 1), a
+// negative alg_temp or block_size < 1, threshold outside (0, 1], tokens_per_step < 0 or set with
+// origin or confidence_threshold, fewer steps than blocks.
+void check_diffusion_options(const DiffusionOptions& o);
+
+// The blocks of the generation (slots [start, start + length) after the prompt) and the steps
+// each gets: exact mode is one block of max_new_tokens slots with all the steps; block mode gives
+// block b the steps floor(S*end_b/G) - floor(S*start_b/G) (G = max_new_tokens, S = steps), so
+// every block gets at least one when S >= the number of blocks and steps = tokens gives one step
+// per slot. steps is 0 when the step count is not scheduled (confidence_threshold,
+// tokens_per_step).
+struct DiffusionBlock {
+  std::int64_t start = 0, length = 0, steps = 0;
+};
+std::vector<DiffusionBlock> diffusion_blocks(const DiffusionOptions& o);
+// Block mode's schedule inside a block of `length` slots and `steps` steps: step j commits
+// floor((j+1)*length/steps) - floor(j*length/steps) slots, so the block is full after its last.
+std::int64_t block_unmask_count(std::int64_t length, std::int64_t steps, std::int64_t j);
 
 // The schedule of model-spec §3.4: t_i = linspace(1, eps, steps + 1)[i] in float32 (torch's
 // two-sided formula), and k_i = trunc_f32(n * (1 - s/t)), k = n on the last step.
@@ -115,6 +147,9 @@ struct DiffusionStep {
   const std::vector<std::int32_t>& canvas;        // [B, N] after the step
   const std::vector<double>& confidence;          // [B, N]: this step's confidence, NaN if unmasked before
   const std::vector<std::vector<std::int64_t>>& transfer;  // per row: slots committed, in order
+  const std::vector<std::int64_t>& block;       // per row: the block this step worked on (-1: row done)
+  const std::vector<std::int64_t>& recomputed;  // per row: slots the forward computed (all without a cache)
+  bool last = false;                            // no step follows
 };
 using DiffusionCallback = std::function<void(const DiffusionStep&)>;
 

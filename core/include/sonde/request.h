@@ -22,7 +22,12 @@ class Tokenizer;
 struct GenerationSettings {
   std::optional<std::int64_t> max_new_tokens, top_k, steps;
   std::optional<double> temperature, top_p, repetition_penalty, eps, alg_temp;
-  std::optional<std::string> alg;                 // diffusion: origin, maskgit_plus, topk_margin, entropy
+  std::optional<std::string> alg;  // diffusion: origin, maskgit_plus, topk_margin, entropy, confidence_threshold
+  // Diffusion decoding (decode.h): exact | block, the block size (default 32), alg
+  // confidence_threshold's threshold (default 0.9), a fixed number of slots per step.
+  std::optional<std::string> diffusion_mode;
+  std::optional<std::int64_t> block_size, tokens_per_step;
+  std::optional<double> threshold;
   std::optional<std::vector<std::string>> stop;   // autoregressive stop strings
   std::optional<std::uint64_t> seed;              // else the run's seed + the request's index
 
@@ -37,8 +42,12 @@ struct GenerationSettings {
   static GenerationSettings from_json(const nlohmann::json& object);
   // The values' meaning, the same for the command line, config files, dataset lines and Python:
   // BadInput "name: value ..." for max_new_tokens or steps < 1, a negative top_k, temperature or
-  // alg_temp, top_p outside (0, 1], repetition_penalty <= 0, eps outside (0, 1), an unknown alg.
+  // alg_temp, top_p outside (0, 1], repetition_penalty <= 0, eps outside (0, 1), an unknown alg
+  // or diffusion_mode, block_size or tokens_per_step < 1, threshold outside (0, 1] or without alg
+  // confidence_threshold, block_size with mode exact, tokens_per_step with origin or
+  // confidence_threshold.
   void check() const;
+  void check_diffusion_settings() const;  // the diffusion part of check()
   // The keys from_json accepts.
   static const std::vector<std::string>& keys();
 };

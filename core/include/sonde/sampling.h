@@ -48,8 +48,11 @@ std::int32_t choose_next_token(std::span<float> logits, const SamplingParams& p,
                                std::span<const std::int32_t> history, double u);
 
 // ---- Dream sample_tokens (masked diffusion) -------------------------------------------------
-enum class DiffusionAlg { Origin, MaskgitPlus, TopkMargin, Entropy };
-// "origin", "maskgit_plus", "topk_margin", "entropy"; BadInput naming the value otherwise.
+// ConfidenceThreshold (Fast-dLLM) ranks by p[token] as MaskgitPlus does, but commits every slot
+// at or above a threshold instead of following the step schedule (decode.h).
+enum class DiffusionAlg { Origin, MaskgitPlus, TopkMargin, Entropy, ConfidenceThreshold };
+// "origin", "maskgit_plus", "topk_margin", "entropy", "confidence_threshold"; BadInput naming the
+// value otherwise.
 DiffusionAlg parse_diffusion_alg(std::string_view name);
 std::string_view diffusion_alg_name(DiffusionAlg alg);
 

@@ -55,6 +55,8 @@ struct StepRecord {
   float t = 0;
   std::int32_t n_transfer = 0;
   std::vector<std::int32_t> canvas;
+  std::int32_t block = 0;         // the block of the generation this step worked on (-1: prompt done)
+  std::int32_t n_recomputed = 0;  // positions the step's forward computed (all of them without a cache)
 };
 
 // What is safely on disk: whole prompts and their rows, and how many bytes of the companion

@@ -1,0 +1,125 @@
+// The diffusion decoding modes at the command line and in dataset lines: bad values are one line
+// naming the setting and value, exit 2, nothing written; a block size that does not divide the
+// generation gives a shorter last block; /steps records each step's block and recomputed count.
+#include "expect.h"
+#include "h5_check.h"
+#include "process.h"
+#include "tiny_model_suite.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+namespace sonde::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class DiffusionModes : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / "sonde-tests" / ("DiffusionModes-" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    make_tiny_model(root_ / "dream", "dream");
+    make_tiny_model(root_ / "qwen2", "qwen2");
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+  void SetUp() override {
+    dir_ = temp_dir();
+    ASSERT_TRUE(fs::exists(root_ / "dream" / "model.safetensors")) << "sonde make-model failed in SetUpTestSuite";
+  }
+  Outcome generate(std::vector<std::string> extra, const std::string& arch = "dream") const {
+    std::vector<std::string> args{"generate", "--model", (root_ / arch).string(), "--ids", "1,2,3"};
+    if (std::find(extra.begin(), extra.end(), "--max-new-tokens") == extra.end()) args.insert(args.end(), {"--max-new-tokens", "16"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args);
+  }
+  Outcome batch(const std::string& lines, std::vector<std::string> extra = {}) const {
+    std::ofstream(dir_ / "in.jsonl") << lines;
+    std::vector<std::string> args{"batch", "--model", (root_ / "dream").string(), "--input", (dir_ / "in.jsonl").string(),
+                                  "--output", (dir_ / "out.jsonl").string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args);
+  }
+  static inline fs::path root_;
+  fs::path dir_;
+};
+
+TEST_F(DiffusionModes, BadValuesOnTheCommandLineAreOneLineAndExitTwo) {
+  for (const char* t : {"0", "1.5", "-0.2", "nan"})
+    EXPECT_TRUE(one_line_error(generate({"--alg", "confidence_threshold", "--threshold", t}), "generate", {"threshold", t},
+                               {"outside"}))
+        << t;
+  EXPECT_TRUE(one_line_error(generate({"--threshold", "0.5"}), "generate", {"threshold", "0.5", "entropy"}, {"needs"}));
+  EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "cached"}), "generate", {"cached"}, {"unknown"}));
+  EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "block", "--block-size", "0"}), "generate", {"block_size", "0"},
+                             {"less than"}));
+  EXPECT_TRUE(one_line_error(generate({"--block-size", "8"}), "generate", {"block_size", "8", "block"}, {"needs"}));
+  EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "block", "--block-size", "4", "--steps", "3"}), "generate",
+                             {"steps", "3", "4 blocks"}, {"fewer"}));
+  EXPECT_TRUE(one_line_error(generate({"--alg", "origin", "--tokens-per-step", "2"}), "generate",
+                             {"tokens_per_step", "origin"}, {"needs"}));
+  EXPECT_TRUE(one_line_error(generate({"--tokens-per-step", "0"}), "generate", {"tokens_per_step", "0"}, {"less than"}));
+  EXPECT_TRUE(one_line_error(generate({"--alg", "confidence_threshold", "--alg-temp", "0.5"}), "generate",
+                             {"alg_temp", "confidence_threshold"}, {"not used"}));
+}
+
+TEST_F(DiffusionModes, AnAutoregressiveModelRefusesABlockMode) {
+  EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "block"}, "qwen2"), "generate", {"diffusion_mode", "block"},
+                             {"needs a diffusion model"}));
+}
+
+TEST_F(DiffusionModes, DatasetLinesAreCheckedBeforeAnythingIsWritten) {
+  const auto o = batch(R"({"id": "a", "ids": [1, 2]})" "\n"
+                       R"({"id": "b", "ids": [1, 2], "alg": "confidence_threshold", "threshold": 2})" "\n",
+                       {"--hooks", "blocks.0.hook_resid_post", "--acts", (dir_ / "a.h5").string()});
+  EXPECT_TRUE(one_line_error(o, "batch", {"line 2", "threshold", "2"}, {"outside"}));
+  EXPECT_FALSE(fs::exists(dir_ / "out.jsonl"));
+  EXPECT_FALSE(fs::exists(dir_ / "a.h5"));
+  EXPECT_TRUE(one_line_error(batch(R"({"id": "a", "ids": [1, 2], "diffusion_mode": "block", "block_size": 2, "steps": 4, "max_new_tokens": 16})" "\n"),
+                             "batch", {"line 1", "steps", "8 blocks"}, {"fewer"}));
+  EXPECT_TRUE(one_line_error(batch(R"({"id": "a", "ids": [1, 2], "block_size": "big"})" "\n"), "batch", {"line 1", "block_size"},
+                             {"bad value"}));
+}
+
+TEST_F(DiffusionModes, ALastBlockShorterThanTheOthers) {
+  // 10 new tokens in blocks of 4: 4, 4, 2; steps = tokens gives one slot per step.
+  const auto o = generate({"--max-new-tokens", "10", "--diffusion-mode", "block", "--block-size", "4", "--json", "--history"});
+  ASSERT_EQ(o.exit_code, 0) << o.describe();
+  const auto j = nlohmann::json::parse(lines_of(o.out).at(0));
+  EXPECT_EQ(j["completion_ids"].size(), 10u);
+  const auto h = j["history"].get<std::vector<std::vector<std::int64_t>>>();
+  ASSERT_EQ(h.size(), 10u);
+  for (std::size_t i = 1; i < h.size(); ++i) {  // exactly one slot changes per step, left block first
+    int changed = 0;
+    std::size_t where = 0;
+    for (std::size_t k = 0; k < h[i].size(); ++k)
+      if (h[i][k] != h[i - 1][k]) ++changed, where = k;
+    EXPECT_EQ(changed, 1) << "step " << i;
+    EXPECT_EQ((where - 3) / 4, i < 4 ? 0u : i < 8 ? 1u : 2u) << "step " << i;
+  }
+}
+
+TEST_F(DiffusionModes, StepsRecordTheBlockAndTheRecomputedPositions) {
+  const auto out = dir_ / "g.h5";
+  const auto o = generate({"--max-new-tokens", "8", "--diffusion-mode", "block", "--block-size", "4", "--steps", "4",
+                           "--hooks", "blocks.0.hook_resid_post", "--out", out.string()});
+  ASSERT_EQ(o.exit_code, 0) << o.describe();
+  EXPECT_EQ(read_ints(out, "/steps/block"), (std::vector<std::int64_t>{0, 0, 1, 1}));
+  EXPECT_EQ(read_ints(out, "/steps/n_recomputed"), (std::vector<std::int64_t>{11, 11, 11, 11}));  // 3 + 8, no cache
+  EXPECT_EQ(read_ints(out, "/steps/n_transfer"), (std::vector<std::int64_t>{2, 2, 2, 2}));
+  EXPECT_EQ(int_attr(out, "block_size"), 4);  // the mode's other root attributes: docs/hdf5-layout.md
+  // A threshold of 1 commits one slot per step: as many steps as tokens.
+  const auto t = dir_ / "t.h5";
+  ASSERT_EQ(generate({"--max-new-tokens", "8", "--diffusion-mode", "block", "--block-size", "4", "--alg",
+                      "confidence_threshold", "--threshold", "1", "--hooks", "blocks.0.hook_resid_post", "--out", t.string()})
+                .exit_code,
+            0);
+  EXPECT_EQ(read_ints(t, "/steps/block"), (std::vector<std::int64_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+}
+
+}  // namespace
+}  // namespace sonde::test
