@@ -46,11 +46,13 @@ int cmd_forward(const Args& args) {
   o.kind = RunKind::Forward;
   o.command = "forward";
   o.capture = capture;
-  o.sinks = {SinkSpec{"hdf5", out, overwrite, nullptr}};
+  const bool writes = writes_outputs();  // the other ranks of a tensor-parallel copy compute only
+  o.sinks = {writes ? SinkSpec{"hdf5", out, overwrite, nullptr} : SinkSpec{"discard", "", false, discard_sink()}};
   // Checked before the run prepares the request, whose errors come first; the sink refuses too.
-  if (std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
+  if (writes && std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
   as_flag("--hooks", [&] { make_capture_spec(*session, capture, /*per_sequence_ok=*/true); });
   const RunResult res = run(*session, {request}, o);
+  if (!writes) return 0;
 
   const auto T = res.logits.shape()[0], V = res.logits.shape()[1];
   std::cout << "wrote " << out << " (" << session->info().arch << ", backend " << session->backend_name() << ", " << T

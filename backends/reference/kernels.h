@@ -15,6 +15,8 @@ void attention_pattern(const Node& n, ops::Inputs in, const TensorView& out);
 void add(const Node& n, ops::Inputs in, const TensorView& out);
 void silu_mul(const Node& n, ops::Inputs in, const TensorView& out);
 void concat(const Node& n, ops::Inputs in, const TensorView& out);
+void all_reduce_sum(const Node& n, ops::Inputs in, const TensorView& out);
+void all_gather(const Node& n, ops::Inputs in, const TensorView& out);
 
 // Element i of a dense float view as double.
 inline double at(const TensorView& v, std::int64_t i) {

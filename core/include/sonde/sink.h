@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -101,5 +102,11 @@ class Sink : public Plugin {
   // the activations (HDF5: virtual datasets with relative paths). The default refuses.
   virtual void join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata& meta);
 };
+
+// A sink that wants every hook it is opened with and keeps nothing: what the ranks of a
+// tensor-parallel model copy other than its writer hold in place of the writer's sinks, so that
+// they tap the same hooks and so make the same collectives (a split hook is gathered on every
+// rank of the copy) while writing nothing.
+std::shared_ptr<Sink> discard_sink();
 
 }  // namespace sonde
