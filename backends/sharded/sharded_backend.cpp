@@ -38,6 +38,11 @@ void ShardedBackend::init(const BackendOptions& options) {
   MPI_Initialized(&initialized);
   if (!initialized) {
     make_mpi_global();
+    // A rank waiting in a collective yields its core instead of spinning on it: the ranks of a
+    // copy must all run for a collective to finish, and on a loaded (or shared) node a spinning
+    // rank took the core its peer needed (prefill 4x slower here). Free on an idle node; a
+    // user's setting wins.
+    ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     int provided = 0;
     // FUNNELED: only the thread that called init makes MPI calls (the local backend's threads
     // and the HDF5 writer thread never do).
