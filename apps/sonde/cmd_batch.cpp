@@ -109,10 +109,12 @@ int run_batch(BatchOptions o) {
   };
   for (const auto& why : data.skipped) note(fmt::format("skipped {} {}", o.input, why));
   ro.on_note = note;
+  RunTotals job_totals;  // several copies: the whole job's, as rank 0 last saw them
   ro.on_progress = [&](const RunProgress& p) {
     if (!shows) return;
     if (!progress) progress.emplace(p.total, p.committed);
     if (p.totals.prompts > 0) progress->update(p.totals);
+    job_totals = p.totals;
   };
   catch_sigint();
   const RunResult res = run(*session, data.requests, ro);
@@ -138,7 +140,7 @@ int run_batch(BatchOptions o) {
   } else if (!o.acts.empty()) {
     bytes = std::filesystem::file_size(o.acts);
   }
-  progress->summary(res.totals, bytes, acts);
+  progress->summary(parallel ? job_totals : res.totals, bytes, acts);
   return 0;
 }
 

@@ -132,6 +132,60 @@ void join_results(const std::string& path, int replicas, std::int64_t total) {
   if (ec) runtime_error("data-parallel join: cannot rename {} to {}: {}", partial, path, ec.message());
 }
 
+// One display for the whole job: each copy's writer leaves its progress in a small file beside
+// its results part (replaced whole, so a reader never sees half of it), and rank 0 adds them up
+// whenever its own progress moves. No collective is needed mid-run, so no copy waits for another.
+class JobProgress {
+ public:
+  JobProgress(const RunOptions& o, const JobLayout& job, std::int64_t total)
+      : dir_(results_parts_dir(o.results_path)), job_(job), total_(total), report_(o.on_progress) {}
+
+  std::function<void(const RunProgress&)> callback() {
+    if (!report_ || !job_.writes()) return {};
+    return [this](const RunProgress& mine) {
+      write_mine(mine);
+      report_(job_.rank == 0 ? sum() : mine);
+    };
+  }
+  // After every copy has finished (or stopped): the job's final count, on rank 0.
+  void final_report() const {
+    if (report_ && job_.rank == 0) report_(sum());
+  }
+
+ private:
+  fs::path file(int r) const { return dir_ / part_name(r, ".progress"); }
+  void write_mine(const RunProgress& p) const {
+    const auto tmp = file(job_.replica()).string() + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << p.committed << ' ' << p.totals.prompts << ' ' << p.totals.prompt_tokens << ' ' << p.totals.completion_tokens
+          << ' ' << p.totals.rows << '\n';
+    }
+    std::error_code ec;
+    fs::rename(tmp, file(job_.replica()), ec);
+  }
+  RunProgress sum() const {
+    RunProgress all{total_, 0, {}};
+    for (int r = 0; r < job_.replicas(); ++r) {
+      std::ifstream in(file(r));
+      std::int64_t committed = 0;
+      RunTotals t;
+      if (in >> committed >> t.prompts >> t.prompt_tokens >> t.completion_tokens >> t.rows) {
+        all.committed += committed;
+        all.totals.prompts += t.prompts;
+        all.totals.prompt_tokens += t.prompt_tokens;
+        all.totals.completion_tokens += t.completion_tokens;
+        all.totals.rows += t.rows;
+      }
+    }
+    return all;
+  }
+  fs::path dir_;
+  JobLayout job_;
+  std::int64_t total_;
+  std::function<void(const RunProgress&)> report_;
+};
+
 }  // namespace
 
 void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared, const CaptureSpec& spec,
@@ -153,7 +207,9 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
   for (const auto& p : prepared)
     if (p.index % replicas == replica) share.push_back(p);
 
+  JobProgress progress(o, job, static_cast<std::int64_t>(prepared.size()));
   RunOptions mine = o;
+  mine.on_progress = progress.callback();
   mine.resume_complete = true;  // a copy that finished before the others stopped keeps its part
   if (job.writes()) {
     mine.results_path = (results_parts_dir(o.results_path) / part_name(replica, ".jsonl")).string();
@@ -193,6 +249,7 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
   const std::string state = res.cancelled ? "cancelled" : "done";
   bool any_cancelled = false;
   for (const auto& st : world.allgather(bytes_of(state))) any_cancelled = any_cancelled || string_of(st) != "done";
+  progress.final_report();
   if (any_cancelled) {
     res.cancelled = true;
     return;

@@ -21,7 +21,7 @@ case $case in
 equal)
   arch=$1 n=$2; shift 2
   "$sonde" make-model --arch "$arch" --preset tiny --out m >/dev/null
-  dataset 40
+  dataset 200
   gen=(--max-new-tokens 6 --temperature 0 --batch-size 3)
   [ "$arch" = dream ] && gen=(--max-new-tokens 6 --steps 3 --batch-size 3)
   "$sonde" batch --model m --input in.jsonl --output one.jsonl "${gen[@]}" --threads 1 \

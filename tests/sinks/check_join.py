@@ -30,6 +30,13 @@ def steps_of(f, p):
     return f["steps/step"][:][sel].tolist(), f["steps/t"][:][sel].tolist(), canv
 
 
+def read_whole(name, obj):  # every dataset reads whole (a virtual one from every part)
+    if isinstance(obj, h5py.Dataset):
+        v = obj[()]
+        assert v.shape == obj.shape, name
+
+
+joined.visititems(read_whole)
 n = len(whole["prompts/prompt_idx"])
 assert len(joined["prompts/prompt_idx"]) == n, "prompt count"
 assert sorted(joined["index/prompt_idx"][:].tolist()) == joined["index/prompt_idx"][:].tolist()

@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+#include <sstream>
+
 namespace sonde::test {
 
 Tensor FakeLm::forward(const StepInput& in) {
@@ -70,6 +73,13 @@ void FakeModel::use_tokenizer() {
   config_.vocab_size = lm_.vocab = 300;
   config_.eos_token_ids = {299};
   lm_.eos = 299;
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 std::vector<Request> id_requests(const std::vector<std::vector<std::int32_t>>& prompts) {

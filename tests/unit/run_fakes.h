@@ -13,6 +13,7 @@
 #include <gmock/gmock.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,9 @@ class MockSink : public Sink {
   MOCK_METHOD(void, close, (), (override));
   MOCK_METHOD(void, join, (const std::vector<std::string>&, const std::string&, const RunMetadata&), (override));
 };
+
+// A whole file's bytes ("" when it cannot be read).
+std::string read_file(const std::filesystem::path& p);
 
 // Requests of token ids, ids "r0", "r1", ...
 std::vector<Request> id_requests(const std::vector<std::vector<std::int32_t>>& prompts);

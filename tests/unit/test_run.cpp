@@ -32,13 +32,6 @@ using ::testing::NiceMock;
 using ::testing::Return;
 namespace fs = std::filesystem;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // What a mock sink received, in order.
 struct Received {
   std::vector<std::string> events;                       // "write hook", "rows n", "end id", "checkpoint p"

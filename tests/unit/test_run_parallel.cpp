@@ -28,13 +28,6 @@ using ::testing::NiceMock;
 using ::testing::Return;
 namespace fs = std::filesystem;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::vector<std::string> ids_in(const fs::path& jsonl) {
   std::vector<std::string> ids;
   std::ifstream in(jsonl);
@@ -138,6 +131,32 @@ TEST(RunDataParallel, ACancelledCopyLeavesTheJobResumableAndTheResumeEqualsAnUni
   EXPECT_EQ(before[0], 6);  // copy 0 had finished its 6 requests
   EXPECT_EQ(before[1], 2);
   EXPECT_EQ(read_file(dir / "dp.jsonl"), expected);
+}
+
+TEST(RunDataParallel, RankZeroReportsTheWholeJobsProgressAndTheOtherCopiesTheirOwn) {
+  const fs::path dir = temp_dir();
+  std::vector<RunProgress> seen;
+  std::atomic<int> elsewhere{0};
+  const auto errors = run_ranks(2, [&](ProcessGroup& g) {
+    FakeModel m;
+    RunOptions o = options(dir / "dp.jsonl");
+    o.job = &g;
+    o.on_progress = [&, rank = g.rank()](const RunProgress& p) {
+      if (rank == 0) seen.push_back(p);
+      else if (p.total != 5) ++elsewhere;  // copy 1's own 5 requests
+    };
+    run(m, requests(), o);
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(elsewhere, 0);
+  ASSERT_FALSE(seen.empty());
+  std::int64_t before = 0;
+  for (const auto& p : seen) {
+    EXPECT_EQ(p.total, 11);  // every request of the job, not rank 0's share
+    EXPECT_GE(p.totals.prompts, before);
+    before = p.totals.prompts;
+  }
+  EXPECT_EQ(seen.back().totals.prompts, 11);  // the last report, after every copy finished
 }
 
 TEST(RunDataParallel, ResumingWithAnotherNumberOfCopiesIsRefusedOnEveryRank) {

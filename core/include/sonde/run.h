@@ -111,8 +111,10 @@ struct RunOptions {
   // `tensor_parallel` ranks. With more than one copy a committed run is data parallel: copy r
   // runs the requests whose index i has i % copies == r, its first rank writes results to
   // "<results_path>.parts/rank-<r>.jsonl" and each sink to "<sink path>/rank-<r>.h5"; at the end
-  // rank 0 joins them into results_path (input order) and "<sink path>/run.h5". run(Session&)
-  // takes both from the session's backend when `job` is null.
+  // rank 0 joins them into results_path (input order) and "<sink path>/run.h5". on_progress gets
+  // the whole job's progress on rank 0 (each copy's as of its last micro-batch), its own copy's on
+  // another copy's first rank, and is not called on the other ranks.
+  // run(Session&) takes both from the session's backend when `job` is null.
   ProcessGroup* job = nullptr;
   int tensor_parallel = 1;
 
