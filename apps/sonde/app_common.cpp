@@ -2,7 +2,9 @@
 
 #include <sonde/error.h>
 #include <sonde/log.h>
+#include <sonde/registry.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -10,6 +12,7 @@
 namespace sonde::cli {
 namespace {
 ProcessGroup* g_job = nullptr;
+int g_tensor_parallel = 1;
 }  // namespace
 
 void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model) {
@@ -59,13 +62,29 @@ std::unique_ptr<Session> open_session(const CommonOptions& o) {
   if (o.threads < 0) bad_input("--threads: {} is negative", o.threads);
   if (o.weights != "native" && o.weights != "q8") bad_input("--weights: '{}' is not native or q8", o.weights);
   if (o.tensor_parallel < 0) bad_input("--tensor-parallel: {} is negative", o.tensor_parallel);
-  auto s = Session::open(
-      SessionOptions{o.model, o.backend, o.threads, o.plugin_dir, o.weights, o.shard_backend, o.tensor_parallel});
+  std::unique_ptr<Session> s;
+  try {
+    s = Session::open(
+        SessionOptions{o.model, o.backend, o.threads, o.plugin_dir, o.weights, o.shard_backend, o.tensor_parallel});
+  } catch (...) {
+    // Met while opening (a bad layout, a model that cannot be split so): every rank of the job
+    // meets it, and the job must end as a whole (main.cpp) with one line.
+    if (o.backend == "sharded") {
+      try {
+        g_job = PluginRegistry::instance().backend("sharded")->process_group();
+      } catch (...) {
+      }
+    }
+    throw;
+  }
   g_job = s->backend().process_group();
+  g_tensor_parallel = s->backend().info().tensor_parallel;
   return s;
 }
 
 ProcessGroup* current_job() { return g_job; }
+
+bool writes_outputs() { return !g_job || g_job->rank() % std::max(1, g_tensor_parallel) == 0; }
 
 std::vector<std::int32_t> parse_id_list(const std::string& text, const std::string& option) {
   std::vector<std::int32_t> ids;

@@ -24,6 +24,9 @@ struct CommonOptions {
 // The job this process is a rank of (set when a session opens on a multi-process backend): an
 // error on one rank ends the whole job through it (main.cpp), so no rank waits forever.
 ProcessGroup* current_job();
+// Whether this process writes the command's files and report: not the other ranks of a
+// tensor-parallel model copy, which compute in step with its first rank.
+bool writes_outputs();
 
 // Adds --model (when with_model), --backend, --threads, --plugin-dir, --log-level, --config.
 void add_common_options(po::options_description& desc, CommonOptions& o, bool with_model = true);

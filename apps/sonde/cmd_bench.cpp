@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <span>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -246,6 +248,12 @@ void print_text(const nlohmann::ordered_json& j) {
         j["weight_bytes_per_token"].get<double>() / 1e6, j["bandwidth_gb_s"].get<double>(),
         j["bound_tokens_per_s"].get<double>(), 100 * j["bound_fraction"].get<double>(),
         100 * j["median_bound_fraction"].get<double>());
+  if (j.contains("rank_peak_rss_mb")) {
+    std::string list;
+    for (const auto& v : j["rank_peak_rss_mb"]) list += fmt::format("{}{:.1f}", list.empty() ? "" : " ", v.get<double>());
+    std::cout << fmt::format("  {} ranks ({} per model copy); peak RSS per rank (MB): {}\n", j["ranks"].get<int>(),
+                             j["tensor_parallel"].get<int>(), list);
+  }
   std::cout << fmt::format("  peak RSS {:.1f} MB; weights {:.1f} MB in the checkpoint, {:.1f} MB on the backend\n",
                            j["peak_rss_mb"].get<double>(), j["weight_bytes"].get<double>() / 1e6,
                            j["backend_weight_bytes"].get<double>() / 1e6);
@@ -306,7 +314,22 @@ int cmd_bench(const Args& args) {
   }
   std::uint64_t read_bytes = 0;
   for (const auto& r : ranges) read_bytes += r.bytes;
-  const auto j = report(*session, o, runs, read_bytes);
+  auto j = report(*session, o, runs, read_bytes);
+  // Under mpiexec every rank ran the same steps in step; rank 0 reports, with each rank's peak RSS
+  // (a tensor-parallel rank holds its slices only).
+  if (ProcessGroup* job = current_job(); job && job->size() > 1) {
+    const double mine = peak_rss_mb();
+    std::vector<double> per_rank;
+    for (const auto& b : job->allgather(std::as_bytes(std::span<const double>(&mine, 1)))) {
+      double v = 0;
+      std::memcpy(&v, b.data(), sizeof v);
+      per_rank.push_back(v);
+    }
+    j["ranks"] = job->size();
+    j["tensor_parallel"] = session->backend().info().tensor_parallel;
+    j["rank_peak_rss_mb"] = per_rank;
+    if (job->rank() != 0) return 0;
+  }
   if (o.json) std::cout << j.dump() << "\n";
   else print_text(j);
   return 0;

@@ -50,13 +50,15 @@ int cmd_forward(const Args& args) {
   o.command = "forward";
   o.capture = capture;
   o.edits = edit_specs(edits);
-  o.sinks = {SinkSpec{"hdf5", out, overwrite, nullptr}};
-  if (!stats.empty()) o.sinks.push_back(SinkSpec{"stats", stats, overwrite, nullptr});
+  const bool writes = writes_outputs();  // the other ranks of a tensor-parallel copy compute only
+  o.sinks = {writes ? SinkSpec{"hdf5", out, overwrite, nullptr} : SinkSpec{"discard", "", false, discard_sink()}};
+  if (!stats.empty() && writes) o.sinks.push_back(SinkSpec{"stats", stats, overwrite, nullptr});
   // Checked before the run prepares the request, whose errors come first; the sink refuses too.
-  if (std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
+  if (writes && std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
   // With edits the run checks --hooks itself: <hook>.pre_edit exists only once they are set.
   if (o.edits.empty()) as_flag("--hooks", [&] { make_capture_spec(*session, capture, /*per_sequence_ok=*/true); });
   const RunResult res = run(*session, {request}, o);
+  if (!writes) return 0;
 
   const auto T = res.logits.shape()[0], V = res.logits.shape()[1];
   std::cout << "wrote " << out << " (" << session->info().arch << ", backend " << session->backend_name() << ", " << T

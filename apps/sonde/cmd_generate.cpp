@@ -95,10 +95,12 @@ int cmd_generate(const Args& args) {
   ro.record_history = o.history;
   ro.capture = o.capture;
   ro.edits = edit_specs(o.edits);
+  const bool writes = writes_outputs();  // the other ranks of a tensor-parallel copy compute only
   if (!o.out.empty() || !o.stats.empty()) {
     if (ro.edits.empty()) as_flag("--hooks", [&] { make_capture_spec(*session, o.capture); });  // else the run checks
-    if (!o.out.empty()) ro.sinks.push_back(SinkSpec{"hdf5", o.out, o.overwrite, nullptr});
-    if (!o.stats.empty()) ro.sinks.push_back(SinkSpec{"stats", o.stats, o.overwrite, nullptr});
+    if (!o.out.empty())
+      ro.sinks.push_back(writes ? SinkSpec{"hdf5", o.out, o.overwrite, nullptr} : SinkSpec{"discard", "", false, discard_sink()});
+    if (!o.stats.empty() && writes) ro.sinks.push_back(SinkSpec{"stats", o.stats, o.overwrite, nullptr});
   }
   const auto reqs = requests(o, vm, settings);
 
@@ -107,7 +109,7 @@ int cmd_generate(const Args& args) {
   const Tokenizer* tok = session->tokenizer();
   std::optional<StreamDecoder> stream;
   StopStringFilter shown(settings.stop.value_or(std::vector<std::string>{}));
-  if (!o.json && reqs.size() == 1 && tok) {
+  if (!o.json && reqs.size() == 1 && tok && writes) {
     stream.emplace(*tok, false);
     ro.on_token = [&](std::int64_t, std::int32_t token) { std::cout << shown.push(stream->push(token)) << std::flush; };
   }
@@ -119,6 +121,7 @@ int cmd_generate(const Args& args) {
     };
   const RunResult res = run(*session, reqs, ro);
   if (streamed) std::cout << shown.push(stream->finish()) << shown.finish() << "\n";
+  if (!writes) return 0;
   for (const auto& r : res.results) {
     if (o.json) print_json(r, o.history);
     else if (!streamed) std::cout << (r.completion_text ? *r.completion_text : nlohmann::json(r.completion).dump()) << "\n";

@@ -18,6 +18,8 @@ void concat(const Node& n, ops::Inputs in, const TensorView& out);
 void edit_affine(const Node& n, ops::Inputs in, const TensorView& out);
 void edit_replace(const Node& n, ops::Inputs in, const TensorView& out);
 void edit_project(const Node& n, ops::Inputs in, const TensorView& out);
+void all_reduce_sum(const Node& n, ops::Inputs in, const TensorView& out);
+void all_gather(const Node& n, ops::Inputs in, const TensorView& out);
 
 // Element i of a dense float view as double.
 inline double at(const TensorView& v, std::int64_t i) {

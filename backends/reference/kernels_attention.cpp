@@ -92,16 +92,16 @@ void attend_row(const Head& a, std::int64_t t, bool causal, std::vector<double>&
 
 }  // namespace
 
-// Query head h reads kv head h / (nh / nkv) (contiguous groups, as HF's repeat_kv).
+// Query head h reads kv head h / (nh / nkv) (contiguous groups, as HF's repeat_kv), or the one
+// a sharded node's mapping names (ops::kv_head_of).
 void attention(const Node& n, ops::Inputs in, const TensorView& out) {
   const auto d = ops::check_attention(n, in, out);
-  const std::int64_t group = d.nh / d.nkv;
   std::vector<double> score(static_cast<std::size_t>(d.S));
   float* y = out.as<float>();
   for (std::int64_t b = 0; b < d.B; ++b) {
     const std::uint8_t* mask = d.mask ? in[3].as<const std::uint8_t>() + b * d.S : nullptr;
     for (std::int64_t h = 0; h < d.nh; ++h) {
-      const Head head{in[0], in[1], in[2], mask, d, b, h, h / group};
+      const Head head{in[0], in[1], in[2], mask, d, b, h, ops::kv_head_of(n, d, h)};
       for (std::int64_t t = 0; t < d.T; ++t) attend_row(head, t, n.params.causal, score, y);
     }
   }
@@ -114,13 +114,12 @@ namespace sonde::reference {
 // The probabilities of attention(): out[b, t, h, u] = p_u for query t of head h.
 void attention_pattern(const Node& n, ops::Inputs in, const TensorView& out) {
   const auto d = ops::check_attention(n, in, out, /*pattern=*/true);
-  const std::int64_t group = d.nh / d.nkv;
   std::vector<double> p(static_cast<std::size_t>(d.S));
   float* y = out.as<float>();
   for (std::int64_t b = 0; b < d.B; ++b) {
     const std::uint8_t* mask = d.mask ? in[3].as<const std::uint8_t>() + b * d.S : nullptr;
     for (std::int64_t h = 0; h < d.nh; ++h) {
-      const Head head{in[0], in[1], in[2], mask, d, b, h, h / group};
+      const Head head{in[0], in[1], in[2], mask, d, b, h, ops::kv_head_of(n, d, h)};
       for (std::int64_t t = 0; t < d.T; ++t) {
         probabilities(head, t, n.params.causal, p);
         float* row = y + ((b * d.T + t) * d.nh + h) * d.S;

@@ -11,9 +11,15 @@ BackendInfo ReferenceBackend::info() const {
 }
 
 bool ReferenceBackend::supports(const Node& node, std::span<const DType> input_dtypes) const {
-  if (node.op == OpKind::AttentionPattern) {  // the slow path only: no other backend runs it
+  // Collectives: a backend without a process group is a group of one.
+  if (node.op == OpKind::AllReduceSum || node.op == OpKind::AllGather)
+    return input_dtypes.size() == 1 && input_dtypes[0] == DType::f32;
+  if (node.op == OpKind::Attention || node.op == OpKind::AttentionPattern) {
+    // AttentionPattern: the slow path only, no other backend runs it. Any head mapping
+    // (kv_group) is computed here (ops::kv_head_of).
     Node as_attention = node;
     as_attention.op = OpKind::Attention;
+    as_attention.params.kv_group = 0;
     return ops::supports_with(as_attention, input_dtypes, &ops::is_float16_32);
   }
   return ops::supports_with(node, input_dtypes, &ops::is_float16_32);
@@ -47,6 +53,8 @@ void ReferenceBackend::run(const Node& node, std::span<const TensorView> inputs,
     case OpKind::EditAffine: return edit_affine(node, in, out);
     case OpKind::EditReplace: return edit_replace(node, in, out);
     case OpKind::EditProject: return edit_project(node, in, out);
+    case OpKind::AllReduceSum: return all_reduce_sum(node, in, out);
+    case OpKind::AllGather: return all_gather(node, in, out);
     default: ops::fail(node, "the reference backend does not run this op");
   }
 }

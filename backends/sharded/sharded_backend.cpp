@@ -3,11 +3,20 @@
 #include <sonde/error.h>
 #include <sonde/registry.h>
 
+#include "collectives.h"
+
+#include <cstdint>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace sonde::sharded {
 namespace {
+
+// The job, once MPI is up: every instance answers process_group() with it, even one whose init
+// failed or that never ran init, so the app can end the whole job on an error met while opening.
+MpiGroup* g_world = nullptr;
 
 void finalize_at_exit() {
   int finalized = 0;
@@ -29,6 +38,11 @@ void ShardedBackend::init(const BackendOptions& options) {
   MPI_Initialized(&initialized);
   if (!initialized) {
     make_mpi_global();
+    // A rank waiting in a collective yields its core instead of spinning on it: the ranks of a
+    // copy must all run for a collective to finish, and on a loaded (or shared) node a spinning
+    // rank took the core its peer needed (prefill 4x slower here). Free on an idle node; a
+    // user's setting wins.
+    ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     int provided = 0;
     // FUNNELED: only the thread that called init makes MPI calls (the local backend's threads
     // and the HDF5 writer thread never do).
@@ -36,28 +50,66 @@ void ShardedBackend::init(const BackendOptions& options) {
       runtime_error("backend sharded: MPI_Init_thread failed");
     std::atexit(finalize_at_exit);
   }
-  static MpiGroup* const job = new MpiGroup(MPI_COMM_WORLD, false);  // never destroyed (see the header)
-  world_ = job;
+  if (!g_world) g_world = new MpiGroup(MPI_COMM_WORLD, false);  // never destroyed (see the header)
+  world_ = g_world;
   const int world = world_->size();
   tensor_parallel_ = options.tensor_parallel == 0 ? world : options.tensor_parallel;
   if (tensor_parallel_ < 1 || world % tensor_parallel_ != 0)
     bad_input("--tensor-parallel: {} ranks per model copy do not divide the job's {} ranks", tensor_parallel_, world);
-  if (tensor_parallel_ > 1)
-    bad_input("--tensor-parallel: {} ranks per model copy: tensor parallelism is not built yet in backend sharded; "
-              "run data parallel (sonde batch --tensor-parallel 1) or on one rank",
-              tensor_parallel_);
   if (options.shard_backend == "sharded") bad_input("--shard-backend: sharded cannot wrap itself");
   local_ = PluginRegistry::instance().backend(options.shard_backend);
   BackendOptions local = options;
   local.tensor_parallel = 1;
   local_->init(local);
+  // Collective: every rank of the job splits, in the same order, before any graph runs.
+  copy_ = world_->split(world_->rank() / tensor_parallel_, world_->rank());
 }
+
+bool ShardedBackend::supports(const Node& node, std::span<const DType> input_dtypes) const {
+  if (node.op == OpKind::AllReduceSum || node.op == OpKind::AllGather)
+    return input_dtypes.size() == 1 && input_dtypes[0] == DType::f32;
+  if ((node.op == OpKind::Attention || node.op == OpKind::AttentionPattern) && node.params.kv_group > 0) {
+    Node usual = node;
+    usual.params.kv_group = 0;
+    return local_->supports(usual, input_dtypes);
+  }
+  return local_->supports(node, input_dtypes);
+}
+
+void ShardedBackend::run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) {
+  switch (node.op) {
+    case OpKind::AllReduceSum: return all_reduce_sum(*copy_, node, inputs, out);
+    case OpKind::AllGather: return all_gather(*copy_, node, inputs, out);
+    case OpKind::Attention:
+    case OpKind::AttentionPattern:
+      if (node.params.kv_group > 0) return sharded_attention(*local_, node, inputs, out);
+      [[fallthrough]];
+    default: local_->run(node, inputs, out);
+  }
+}
+
+TensorView ShardedBackend::upload(const std::string& name, const TensorView& src, Split split) {
+  if (src.contiguous()) return local_->upload(name, src, split);
+  Tensor& c = copies_[name] = Tensor::copy_of(src);
+  // The bytes the slice spanned, whole pages inside them only (a neighbour's pages stay); they are
+  // file-backed and unmodified, so a later read faults them in again.
+  std::int64_t last = 0;
+  for (int i = 0; i < src.shape.rank; ++i) last += (src.shape[i] - 1) * src.strides[static_cast<std::size_t>(i)];
+  const auto begin = reinterpret_cast<std::uintptr_t>(src.data);
+  const auto end = begin + static_cast<std::uintptr_t>(last + 1) * dtype_size(src.dtype);
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const std::uintptr_t from = (begin + page - 1) / page * page, to = end / page * page;
+  if (to > from) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+  return local_->upload(name, c.view(), split);
+}
+
+ProcessGroup* ShardedBackend::process_group() { return g_world; }
 
 BackendInfo ShardedBackend::info() const {
   const BackendInfo l = local_->info();
   return BackendInfo{"sharded",
                      "MPI rank " + std::to_string(world_->rank()) + " of " + std::to_string(world_->size()) + " on " + l.name,
-                     l.threads, tensor_parallel_};
+                     l.threads, tensor_parallel_, copy_ ? copy_->rank() : 0};
 }
 
 }  // namespace sonde::sharded

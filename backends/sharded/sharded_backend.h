@@ -3,12 +3,15 @@
 // (--shard-backend, threaded by default) and giving the run layer the job (process_group()).
 // MPI is initialised by init(), never when the plugin is loaded, and finalised at exit.
 //
-// Built so far: data parallelism (each model copy is one rank: --tensor-parallel 1). Tensor
-// parallelism (a copy of several ranks splitting every layer) is refused with a clear error.
+// Data parallelism: each model copy is one rank (--tensor-parallel 1). Tensor parallelism: a
+// copy of several consecutive ranks; the model builds each rank's shard of the graph (it reads
+// info().tensor_rank) and uploads its slices of the weights; this backend runs the graph's
+// collectives over the copy's ranks and attention over a shard's heads (collectives.h).
 #include "mpi_group.h"
 
 #include <sonde/backend.h>
 
+#include <map>
 #include <memory>
 
 namespace sonde::sharded {
@@ -17,31 +20,29 @@ class ShardedBackend final : public Backend {
  public:
   void init(const BackendOptions& options) override;
   BackendInfo info() const override;
-  bool supports(const Node& node, std::span<const DType> input_dtypes) const override {
-    return local_->supports(node, input_dtypes);
-  }
-  TensorView upload(const std::string& name, const TensorView& src, Split split) override {
-    return local_->upload(name, src, split);
-  }
+  bool supports(const Node& node, std::span<const DType> input_dtypes) const override;
+  // A strided slice (a column split) is copied, and the source's pages it covered let go: a rank
+  // keeps only its part resident.
+  TensorView upload(const std::string& name, const TensorView& src, Split split) override;
   TensorView weight(const std::string& name) const override { return local_->weight(name); }
   std::vector<std::span<const std::byte>> weight_storage(const std::string& name) const override {
     return local_->weight_storage(name);
   }
-  void run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) override {
-    local_->run(node, inputs, out);
-  }
+  void run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) override;
   void run_siblings(std::span<const Node* const> nodes, std::span<const std::vector<TensorView>> inputs,
                     std::span<const TensorView> outs) override {
     local_->run_siblings(nodes, inputs, outs);
   }
   void sync() override { local_->sync(); }
   // The MPI job outlives any one backend: this stays valid until the process exits, so an error
-  // caught after the session is gone can still end the job through it.
-  ProcessGroup* process_group() override { return world_; }
+  // caught after the session is gone (or met while opening it) can still end the job through it.
+  ProcessGroup* process_group() override;
 
  private:
   std::shared_ptr<Backend> local_;
   MpiGroup* world_ = nullptr;
+  std::unique_ptr<ProcessGroup> copy_;  // the ranks of this model copy (tensor parallel)
+  std::map<std::string, Tensor> copies_;  // weights this backend made contiguous
   int tensor_parallel_ = 1;
 };
 

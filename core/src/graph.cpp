@@ -23,6 +23,8 @@ std::string_view op_name(OpKind op) {
     case OpKind::EditReplace: return "EditReplace";
     case OpKind::EditProject: return "EditProject";
     case OpKind::EditHost: return "EditHost";
+    case OpKind::AllReduceSum: return "AllReduceSum";
+    case OpKind::AllGather: return "AllGather";
     case OpKind::Count: break;
   }
   return "?";
@@ -56,6 +58,13 @@ const Node& GraphBuilder::node(Ref r) const {
 const Shape& GraphBuilder::shape(Ref r) const { return node(r).shape; }
 
 namespace {
+
+// Every local query head's kv head (q_head0 + h) / kv_group - kv_head0 is a local kv head.
+bool ops_kv_heads_fit(const OpParams& p, std::int64_t nh, std::int64_t nkv) {
+  if (nh < 1 || nkv < 1) return false;
+  const std::int64_t first = p.q_head0 / p.kv_group - p.kv_head0, last = (p.q_head0 + nh - 1) / p.kv_group - p.kv_head0;
+  return first >= 0 && last < nkv;
+}
 
 Node make(OpKind op, std::vector<int> inputs) {
   Node n;
@@ -126,8 +135,9 @@ void infer(const std::vector<Node>& nodes, Node& n) {
     case OpKind::Attention:
     case OpKind::AttentionPattern: {
       const Shape &qs = in(0).shape, &ks = in(1).shape;
-      if (qs.rank != 4 || ks.rank != 4 || in(2).shape != ks || qs[0] != ks[0] || qs[3] != ks[3] || ks[2] == 0 ||
-          qs[2] % ks[2] != 0 || ks[1] < qs[1])
+      const bool heads_fit = n.params.kv_group > 0 ? ops_kv_heads_fit(n.params, qs[2], ks[2]) : ks[2] > 0 && qs[2] % ks[2] == 0;
+      if (qs.rank != 4 || ks.rank != 4 || in(2).shape != ks || qs[0] != ks[0] || qs[3] != ks[3] || !heads_fit ||
+          ks[1] < qs[1])
         shape_error(n.op, "expects q [B,T,nh,d], k and v [B,S,nkv,d] with nkv dividing nh and S >= T", qs, ks);
       if (n.inputs.size() > 3 && (in(3).shape.rank != 2 || in(3).shape[0] != ks[0] || in(3).shape[1] != ks[1]))
         shape_error(n.op, "mask must be [B,S]", ks, in(3).shape);
@@ -156,6 +166,20 @@ void infer(const std::vector<Node>& nodes, Node& n) {
       check_edit(n, in(0).shape, in(1).shape, n.inputs.size() > 2 ? &in(2).shape : nullptr);
       n.shape = in(0).shape;
       return;
+    case OpKind::AllReduceSum:
+      n.shape = in(0).shape;
+      return;
+    case OpKind::AllGather: {
+      const Shape& xs = in(0).shape;
+      const int a = n.params.axis;
+      const bool axis_ok = a >= 0 && a < xs.rank;
+      const std::int64_t end = !axis_ok ? 0 : n.params.keep_end < 0 ? xs[a] : n.params.keep_end;
+      if (!axis_ok || n.params.keep_begin < 0 || n.params.keep_begin > end || end > xs[a] || n.params.gathered < 0)
+        shape_error(n.op, fmt::format("axis {}, kept {}..{} must fit the input", a, n.params.keep_begin, end), xs, xs);
+      n.shape = xs;
+      n.shape[a] = n.params.gathered;
+      return;
+    }
     case OpKind::Input:
     case OpKind::Weight:
     case OpKind::Count: break;
@@ -245,6 +269,31 @@ GraphBuilder::Ref GraphBuilder::add(Ref a, Ref b) { return push(make(OpKind::Add
 GraphBuilder::Ref GraphBuilder::silu_mul(Ref gate, Ref up) { return push(make(OpKind::SiluMul, {gate.id, up.id})); }
 
 GraphBuilder::Ref GraphBuilder::concat1(Ref a, Ref b) { return push(make(OpKind::Concat, {a.id, b.id})); }
+
+GraphBuilder::Ref GraphBuilder::all_reduce_sum(Ref x) { return push(make(OpKind::AllReduceSum, {x.id})); }
+
+GraphBuilder::Ref GraphBuilder::all_gather(Ref x, int axis, std::int64_t gathered, std::int64_t keep_begin,
+                                           std::int64_t keep_end) {
+  Node n = make(OpKind::AllGather, {x.id});
+  n.params.axis = axis;
+  n.params.gathered = gathered;
+  n.params.keep_begin = keep_begin;
+  n.params.keep_end = keep_end;
+  return push(std::move(n));
+}
+
+GraphBuilder::Ref GraphBuilder::attention_sharded(OpKind op, Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal,
+                                                  std::int64_t q_head0, std::int64_t kv_head0, std::int64_t kv_group) {
+  if (op != OpKind::Attention && op != OpKind::AttentionPattern) runtime_error("graph: attention_sharded of {}", op_name(op));
+  std::vector<int> in{q.id, k.id, v.id};
+  if (mask) in.push_back(mask->id);
+  Node n = make(op, std::move(in));
+  n.params.causal = causal;
+  n.params.q_head0 = q_head0;
+  n.params.kv_head0 = kv_head0;
+  n.params.kv_group = kv_group;
+  return push(std::move(n));
+}
 
 GraphBuilder::Ref GraphBuilder::name(Ref r, const std::string& n) {
   if (!used_names_.insert(n).second) runtime_error("graph: the name '{}' is used twice", n);

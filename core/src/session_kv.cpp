@@ -52,10 +52,11 @@ std::vector<PlannedGraph::KvConcat> kv_concats(const Graph& g, const std::vector
 
 KvCache Session::new_kv_cache(std::int64_t batch, std::int64_t capacity) const {
   const std::int64_t d = config_.head_dim ? config_.head_dim : config_.hidden_size / config_.num_attention_heads;
+  const std::int64_t kv = info_.cache_kv_heads ? info_.cache_kv_heads : config_.num_key_value_heads;
   KvCache c{batch, capacity, 0, {}, {}};
   for (std::int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    c.k.emplace_back(DType::f32, Shape{batch, capacity, config_.num_key_value_heads, d});
-    c.v.emplace_back(DType::f32, Shape{batch, capacity, config_.num_key_value_heads, d});
+    c.k.emplace_back(DType::f32, Shape{batch, capacity, kv, d});
+    c.v.emplace_back(DType::f32, Shape{batch, capacity, kv, d});
   }
   return c;
 }
@@ -70,7 +71,7 @@ bool Session::is_past_input(const std::string& ref) const {
 // K/V inputs and the mask grow, and every shape after them follows.
 void Session::reshape_past(PlannedGraph& pg, const ForwardInput& in, std::int64_t past) const {
   const std::int64_t d = config_.head_dim ? config_.head_dim : config_.hidden_size / config_.num_attention_heads;
-  const Shape kv{in.batch, past, config_.num_key_value_heads, d};
+  const Shape kv{in.batch, past, info_.cache_kv_heads ? info_.cache_kv_heads : config_.num_key_value_heads, d};
   pg.past = -1;  // a throw below leaves shapes half done; the next call redoes them
   pg.graph.reshape_inputs([&](const std::string& ref, Shape& shape) {
     if (is_past_input(ref)) shape = kv;

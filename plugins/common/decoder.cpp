@@ -14,38 +14,69 @@ struct Inputs {
   std::optional<Ref> mask;
 };
 
+// Under tensor parallelism (s.shard) a rank computes its heads and MLP columns only: hooks of
+// split values are gathered (nodes that run only when the hook is tapped), and the row-split
+// o_proj and down_proj are summed over the ranks (the two allreduces of a layer), so the residual
+// stream is whole and bit-identical on every rank.
+struct Tp {
+  const DecoderSpec& s;
+  GraphBuilder& b;
+  bool on() const { return s.shard.active(); }
+  // Names `local` as the hook, or a gather of every rank's part along `axis` as the hook.
+  Ref hook(Ref local, int axis, std::int64_t whole, const std::string& name, Range keep = {0, -1}) {
+    if (!on()) return b.name(local, name);
+    b.name(b.all_gather(local, axis, whole, keep.begin, keep.end), name);
+    return local;
+  }
+  Ref sum(Ref partial) { return on() ? b.all_reduce_sum(partial) : partial; }
+};
+
 // q, k, v: x W^T + b, heads kept separate; RoPE on q and k only; attention over all heads;
 // o_proj without bias.
 Ref attention_block(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b, const Inputs& in,
                     const std::string& p, const std::string& w, const std::string& layer, Ref h) {
   const std::int64_t B = bs.batch, T = bs.tokens, d = s.head_dim;
-  auto project = [&](const char* proj, std::int64_t heads, const char* hook) {
+  const ShardPlan& sh = s.shard;
+  Tp tp{s, b};
+  const std::int64_t nq = sh.q.size(), nkv = sh.kv.size();
+  const Range own{sh.kv_own.begin - sh.kv.begin, sh.kv_own.end - sh.kv.begin};  // in the local kv heads
+  auto project = [&](const char* proj, std::int64_t heads) {
     Ref y = b.linear(h, b.weight(w + "self_attn." + proj + ".weight"), b.weight(w + "self_attn." + proj + ".bias"));
-    return b.name(b.reshape(y, Shape{B, T, heads, d}), p + hook);
+    return b.reshape(y, Shape{B, T, heads, d});
   };
-  Ref q = project("q_proj", s.heads, "attn.hook_q");
-  Ref k = project("k_proj", s.kv_heads, "attn.hook_k");
-  Ref v = project("v_proj", s.kv_heads, "attn.hook_v");
-  Ref rq = b.name(b.rope(q, in.positions, s.rope_theta), p + "attn.hook_rot_q");
-  Ref rk = b.name(b.rope(k, in.positions, s.rope_theta), p + "attn.hook_rot_k");
+  Ref q = tp.hook(project("q_proj", nq), 2, s.heads, p + "attn.hook_q");
+  Ref k = tp.hook(project("k_proj", nkv), 2, s.kv_heads, p + "attn.hook_k", own);
+  Ref v = tp.hook(project("v_proj", nkv), 2, s.kv_heads, p + "attn.hook_v", own);
+  Ref rq = tp.hook(b.rope(q, in.positions, s.rope_theta), 2, s.heads, p + "attn.hook_rot_q");
+  Ref rk = tp.hook(b.rope(k, in.positions, s.rope_theta), 2, s.kv_heads, p + "attn.hook_rot_k", own);
+  if (tp.on()) {  // what the KV cache keeps (ModelInfo::new_k, new_v)
+    b.name(rk, p + "attn.hook_rot_k_shard");
+    b.name(v, p + "attn.hook_v_shard");
+  }
   Ref keys = rk, values = v;
   if (bs.past_tokens > 0) {  // KV cache: earlier slots' keys first, then this call's
-    const Shape past{B, bs.past_tokens, s.kv_heads, d};
+    const Shape past{B, bs.past_tokens, nkv, d};
     keys = b.concat1(b.input("past_k." + layer, DType::f32, past), rk);
     values = b.concat1(b.input("past_v." + layer, DType::f32, past), v);
   }
-  Ref z = b.name(b.attention(rq, keys, values, in.mask, s.causal), p + "attn.hook_z");
-  b.name(b.attention_pattern(rq, keys, values, in.mask, s.causal), p + "attn.hook_pattern");  // computed only if tapped
-  Ref zf = b.reshape(z, Shape{B, T, s.heads * d});
-  return b.name(b.linear(zf, b.weight(w + "self_attn.o_proj.weight")), p + "hook_attn_out");
+  auto attend = [&](OpKind op) {
+    if (!tp.on()) return op == OpKind::Attention ? b.attention(rq, keys, values, in.mask, s.causal)
+                                                 : b.attention_pattern(rq, keys, values, in.mask, s.causal);
+    return b.attention_sharded(op, rq, keys, values, in.mask, s.causal, sh.q.begin, sh.kv.begin, sh.kv_group);
+  };
+  Ref z = tp.hook(attend(OpKind::Attention), 2, s.heads, p + "attn.hook_z");
+  tp.hook(attend(OpKind::AttentionPattern), 2, s.heads, p + "attn.hook_pattern");  // computed only if tapped
+  Ref zf = b.reshape(z, Shape{B, T, nq * d});
+  return b.name(tp.sum(b.linear(zf, b.weight(w + "self_attn.o_proj.weight"))), p + "hook_attn_out");
 }
 
 // down( silu(gate(h)) * up(h) ), no biases.
-Ref mlp_block(GraphBuilder& b, const std::string& p, const std::string& w, Ref h) {
-  Ref gate = b.name(b.linear(h, b.weight(w + "mlp.gate_proj.weight")), p + "mlp.hook_pre");
-  Ref up = b.name(b.linear(h, b.weight(w + "mlp.up_proj.weight")), p + "mlp.hook_pre_linear");
-  Ref act = b.name(b.silu_mul(gate, up), p + "mlp.hook_post");
-  return b.name(b.linear(act, b.weight(w + "mlp.down_proj.weight")), p + "hook_mlp_out");
+Ref mlp_block(const DecoderSpec& s, GraphBuilder& b, const std::string& p, const std::string& w, Ref h) {
+  Tp tp{s, b};
+  Ref gate = tp.hook(b.linear(h, b.weight(w + "mlp.gate_proj.weight")), 2, s.intermediate, p + "mlp.hook_pre");
+  Ref up = tp.hook(b.linear(h, b.weight(w + "mlp.up_proj.weight")), 2, s.intermediate, p + "mlp.hook_pre_linear");
+  Ref act = tp.hook(b.silu_mul(gate, up), 2, s.intermediate, p + "mlp.hook_post");
+  return b.name(tp.sum(b.linear(act, b.weight(w + "mlp.down_proj.weight"))), p + "hook_mlp_out");
 }
 
 Ref decoder_layer(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b, const Inputs& in, std::int64_t i, Ref x) {
@@ -54,7 +85,7 @@ Ref decoder_layer(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b, c
   Ref h = b.name(b.rms_norm(x, b.weight(w + "input_layernorm.weight"), s.rms_eps), p + "ln1.hook_out");
   Ref mid = b.name(b.add(x, attention_block(s, bs, b, in, p, w, std::to_string(i), h)), p + "hook_resid_mid");
   Ref h2 = b.name(b.rms_norm(mid, b.weight(w + "post_attention_layernorm.weight"), s.rms_eps), p + "ln2.hook_out");
-  return b.name(b.add(mid, mlp_block(b, p, w, h2)), p + "hook_resid_post");
+  return b.name(b.add(mid, mlp_block(s, b, p, w, h2)), p + "hook_resid_post");
 }
 
 }  // namespace
@@ -68,6 +99,11 @@ void build_decoder(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b) 
   for (std::int64_t i = 0; i < s.layers; ++i) x = decoder_layer(s, bs, b, in, i, x);
   Ref xf = b.name(b.rms_norm(x, b.weight("model.norm.weight"), s.rms_eps), "ln_final.hook_out");
   if (!bs.need_logits) return;
+  if (s.shard.active()) {  // each rank's vocabulary rows (load_weights), gathered for sampling
+    Ref part = b.linear(xf, b.weight("lm_head.weight"));
+    b.output("logits", b.name(b.all_gather(part, 2, s.vocab), "hook_logits"));
+    return;
+  }
   const char* head = s.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   b.output("logits", b.name(b.linear(xf, b.weight(head)), "hook_logits"));
 }

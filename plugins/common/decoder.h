@@ -1,6 +1,8 @@
 #pragma once
 // The Qwen2 decoder stack shared by the qwen2 and dream plugins (model-spec §1). The two
 // families differ only in data: causal or bidirectional attention, tied or untied head.
+#include "shard.h"
+
 #include <sonde/backend.h>
 #include <sonde/config.h>
 #include <sonde/graph.h>
@@ -18,6 +20,7 @@ struct DecoderSpec {
   double rope_theta = 0;
   bool tied_embeddings = false;
   bool causal = true;
+  ShardPlan shard;  // this rank's part under tensor parallelism (load() asks the backend)
 
   static DecoderSpec from_config(const ModelConfig& c, bool causal);
 };
@@ -31,8 +34,11 @@ struct ExpectedWeight {
 
 // Every tensor the forward reads, with the shape config.json implies.
 std::vector<ExpectedWeight> expected_weights(const DecoderSpec& s);
-// Checks presence, dtype (f32, f16, bf16) and shape of each, then uploads it to the backend.
+// Checks presence, dtype (f32, f16, bf16) and shape of each, then uploads it to the backend:
+// the whole tensor, or under tensor parallelism (s.shard) this rank's slice of it.
 void load_weights(const DecoderSpec& s, const WeightSource& w, Backend& backend);
+// The plan of the rank `backend` is in its model copy (the whole model without parallelism).
+ShardPlan shard_plan(const DecoderSpec& s, const Backend& backend);
 std::vector<HookPoint> hook_points(const DecoderSpec& s);
 // The whole forward: embedding, blocks, final norm, and logits when shape.need_logits.
 void build_decoder(const DecoderSpec& s, const BatchShape& shape, GraphBuilder& b);

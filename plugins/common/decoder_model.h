@@ -13,7 +13,10 @@ class DecoderModel : public ModelPlugin {
     for (const auto& e : expected_weights(spec_)) out.push_back({e.name, e.shape, e.split});
     return out;
   }
-  void load(const WeightSource& w, Backend& backend) override { load_weights(spec_, w, backend); }
+  void load(const WeightSource& w, Backend& backend) override {
+    spec_.shard = shard_plan(spec_, backend);
+    load_weights(spec_, w, backend);
+  }
   void build(const BatchShape& shape, GraphBuilder& b) const override { build_decoder(spec_, shape, b); }
 
  protected:
@@ -28,9 +31,13 @@ class DecoderModel : public ModelPlugin {
       const auto layer = std::to_string(l);
       i.past_k.push_back("past_k." + layer);
       i.past_v.push_back("past_v." + layer);
-      i.new_k.push_back("blocks." + layer + ".attn.hook_rot_k");
-      i.new_v.push_back("blocks." + layer + ".attn.hook_v");
+      // Under tensor parallelism the cache holds this rank's kv heads: the local values, not
+      // the gathered hooks (decoder.cpp names both).
+      const std::string shard = spec_.shard.active() ? "_shard" : "";
+      i.new_k.push_back("blocks." + layer + ".attn.hook_rot_k" + shard);
+      i.new_v.push_back("blocks." + layer + ".attn.hook_v" + shard);
     }
+    if (spec_.shard.active()) i.cache_kv_heads = spec_.shard.kv.size();
     return i;
   }
   DecoderSpec spec_;

@@ -3,7 +3,38 @@
 #include <sonde/error.h>
 #include <sonde/log.h>
 
+#include <algorithm>
+#include <cstring>
+
 namespace sonde::common {
+namespace {
+
+// The items [r.begin, r.end) of dimension `dim` (a strided view when dim > 0: the backend copies it).
+TensorView narrow(TensorView v, int dim, Range r) {
+  v.data = static_cast<std::byte*>(v.data) + r.begin * v.strides[static_cast<std::size_t>(dim)] * static_cast<std::int64_t>(dtype_size(v.dtype));
+  v.shape[dim] = r.size();
+  return v;
+}
+
+Range times(Range r, std::int64_t k) { return {r.begin * k, r.end * k}; }
+
+// This rank's part of a weight (Megatron): q, k, v and gate, up by output rows (whole heads; kv
+// heads replicated where ranks share one), o_proj and down_proj by input columns, the head by
+// vocabulary rows; norms and the embedding whole.
+TensorView shard_of(const DecoderSpec& s, const std::string& name, const TensorView& v) {
+  const ShardPlan& p = s.shard;
+  const auto ends = [&](const char* suffix) { return name.size() >= std::strlen(suffix) && name.ends_with(suffix); };
+  if (ends("q_proj.weight") || ends("q_proj.bias")) return narrow(v, 0, times(p.q, s.head_dim));
+  if (ends("k_proj.weight") || ends("k_proj.bias") || ends("v_proj.weight") || ends("v_proj.bias"))
+    return narrow(v, 0, times(p.kv, s.head_dim));
+  if (ends("o_proj.weight")) return narrow(v, 1, times(p.q, s.head_dim));
+  if (ends("gate_proj.weight") || ends("up_proj.weight")) return narrow(v, 0, p.mlp);
+  if (ends("down_proj.weight")) return narrow(v, 1, p.mlp);
+  if (name == "lm_head.weight") return narrow(v, 0, p.vocab);
+  return v;
+}
+
+}  // namespace
 
 DecoderSpec DecoderSpec::from_config(const ModelConfig& c, bool causal) {
   DecoderSpec s;
@@ -67,8 +98,20 @@ void load_weights(const DecoderSpec& s, const WeightSource& src, Backend& backen
       bad_input("{}: tensor '{}' has shape {} but config.json ({}) implies {}", info.file.string(), e.name,
                 info.shape.str(), e.why, e.shape.str());
   }
-  for (const auto& e : expected) backend.upload(e.name, src.view(e.name), e.split);
+  if (!s.shard.active()) {
+    for (const auto& e : expected) backend.upload(e.name, src.view(e.name), e.split);
+  } else {
+    for (const auto& e : expected) backend.upload(e.name, shard_of(s, e.name, src.view(e.name)), e.split);
+    // Tied: the head is the embedding's rows of this rank's vocabulary, under the head's name.
+    if (s.tied_embeddings)
+      backend.upload("lm_head.weight", narrow(src.view("model.embed_tokens.weight"), 0, s.shard.vocab), Split::Rows);
+  }
   spdlog::debug("uploaded {} tensors to backend {}", expected.size(), backend.info().name);
+}
+
+ShardPlan shard_plan(const DecoderSpec& s, const Backend& backend) {
+  const BackendInfo i = backend.info();
+  return ShardPlan::make(s, i.tensor_rank, std::max(1, i.tensor_parallel));
 }
 
 std::vector<HookPoint> hook_points(const DecoderSpec& s) {

@@ -245,6 +245,40 @@ TEST_P(BackendOps, ShapeMismatchIsAnErrorNamingTheNode) {
   }
 }
 
+// The collectives on one process (the sharded backend without mpiexec is a job of one rank):
+// the identity, and the kept part for a gather; backends without a process group decline them.
+TEST_P(BackendOps, Collectives) {
+  const Tensor x = random_tensor(DType::f32, Shape{2, 5, 6}, 40);
+  compare(make_node(OpKind::AllReduceSum, Shape{2, 5, 6}), {{Tensor::copy_of(x.view())}});
+  Node g = make_node(OpKind::AllGather, Shape{2, 5, 4});
+  g.params.axis = 2;
+  g.params.gathered = 4;
+  g.params.keep_begin = 1;
+  g.params.keep_end = 5;
+  compare(g, {{Tensor::copy_of(x.view())}});
+}
+
+// Attention over a shard's heads: 7 query heads from global head 5, in groups of 4 per kv head,
+// read kv heads 1 (heads 5..7) and 2 (8..11) of the 2 held from kv head 1: runs of 3 and 4
+// heads, which the optimised kernels' contiguous groups cannot express.
+TEST_P(BackendOps, AttentionOverAShardsHeads) {
+  for (OpKind op : {OpKind::Attention, OpKind::AttentionPattern}) {
+    const std::int64_t B = 2, T = 3, S = 5, d = 8;
+    Node n = make_node(op, op == OpKind::Attention ? Shape{B, T, 7, d} : Shape{B, T, 7, S});
+    n.params.causal = true;
+    n.params.q_head0 = 5;
+    n.params.kv_head0 = 1;
+    n.params.kv_group = 4;
+    Tensor mask = Tensor(DType::u8, Shape{B, S});
+    for (std::int64_t i = 0; i < B * S; ++i) mask.data<std::uint8_t>()[i] = i != 5;  // row 1's first key is padding
+    SCOPED_TRACE(std::string(op_name(op)));
+    compare(n, {{random_tensor(DType::f32, Shape{B, T, 7, d}, 41)},
+                {random_tensor(DType::f32, Shape{B, S, 2, d}, 42)},
+                {random_tensor(DType::f32, Shape{B, S, 2, d}, 43)},
+                {mask}});
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackends, BackendOps, ::testing::ValuesIn(backend_names()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string s = info.param;

@@ -106,8 +106,9 @@ bool all_finite(const Tensor& t) {
 }
 
 PluginRegistry& registry() {
+  // The process's registry: a backend that wraps another (sharded) finds it there.
   static PluginRegistry* r = [] {
-    auto* reg = new PluginRegistry();  // never destroyed: plugin code must outlive every object
+    auto* reg = &PluginRegistry::instance();
     reg->scan({plugin_root()});
     return reg;
   }();

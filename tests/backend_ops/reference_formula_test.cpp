@@ -174,6 +174,43 @@ TEST_F(ReferenceFormula, ReshapeKeepsDtypeAndElements) {
   EXPECT_EQ(std::vector<int>(out.data<std::int32_t>(), out.data<std::int32_t>() + 6), (std::vector<int>{1, 2, 3, 4, 5, 6}));
 }
 
+// A group of one: the sum over the ranks is the value; the gather is this rank's kept part.
+TEST_F(ReferenceFormula, CollectivesOnOneRank) {
+  const Tensor x = floats(DType::f32, Shape{2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(run(make_node(OpKind::AllReduceSum, Shape{2, 3}), {{Tensor::copy_of(x.view())}}),
+            (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  Node whole = make_node(OpKind::AllGather, Shape{2, 3});
+  whole.params.axis = 1;
+  whole.params.gathered = 3;
+  EXPECT_EQ(run(whole, {{Tensor::copy_of(x.view())}}), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  Node part = make_node(OpKind::AllGather, Shape{2, 2});  // a replicated column given once: 1..2
+  part.params.axis = 1;
+  part.params.gathered = 2;
+  part.params.keep_begin = 1;
+  EXPECT_EQ(run(part, {{Tensor::copy_of(x.view())}}), (std::vector<float>{2, 3, 5, 6}));
+  part.params.gathered = 3;  // one rank cannot make 3 of its 2 kept columns
+  EXPECT_THROW(run(part, {{Tensor::copy_of(x.view())}}), Error);
+}
+
+// A shard holding query heads 2..4 of a model with 3 query heads per kv head, and kv heads 0..1:
+// local heads 0 (global 2) reads local kv head 0; local 1, 2 (global 3, 4) read kv head 1. Value
+// of local kv head g is g + 1 everywhere.
+TEST_F(ReferenceFormula, ShardedHeadsReadTheirGlobalKvGroup) {
+  Node n = attention(1, 3, 2, false);
+  n.params.q_head0 = 2;
+  n.params.kv_head0 = 0;
+  n.params.kv_group = 3;
+  const auto y = run(n, {{random_tensor(DType::f32, Shape{1, 1, 3, 2}, 9)},
+                         {random_tensor(DType::f32, Shape{1, 3, 2, 2}, 10)},
+                         {floats(DType::f32, Shape{1, 3, 2, 2}, {1, 1, 2, 2, 1, 1, 2, 2, 1, 1, 2, 2})}});
+  const float want[] = {1, 2, 2};
+  for (int h = 0; h < 3; ++h) EXPECT_NEAR(y[static_cast<std::size_t>(h * 2)], want[h], 1e-6) << "head " << h;
+  n.params.q_head0 = 4;  // heads 4..6 need kv heads 1..2: only 0..1 are given
+  EXPECT_THROW(run(n, {{random_tensor(DType::f32, Shape{1, 1, 3, 2}, 9)}, {random_tensor(DType::f32, Shape{1, 3, 2, 2}, 10)},
+                       {random_tensor(DType::f32, Shape{1, 3, 2, 2}, 11)}}),
+               Error);
+}
+
 TEST_F(ReferenceFormula, SupportsEveryComputeOpAndNotInputs) {
   const DType f = DType::f32, h = DType::bf16, i = DType::i32, m = DType::u8;
   EXPECT_TRUE(ref_->supports(make_node(OpKind::Embedding, Shape{}), std::vector<DType>{h, i}));
@@ -184,6 +221,8 @@ TEST_F(ReferenceFormula, SupportsEveryComputeOpAndNotInputs) {
   EXPECT_TRUE(ref_->supports(make_node(OpKind::Attention, Shape{}), std::vector<DType>{f, f, f, m}));
   EXPECT_TRUE(ref_->supports(make_node(OpKind::Add, Shape{}), std::vector<DType>{f, f}));
   EXPECT_TRUE(ref_->supports(make_node(OpKind::SiluMul, Shape{}), std::vector<DType>{f, f}));
+  EXPECT_TRUE(ref_->supports(make_node(OpKind::AllReduceSum, Shape{}), std::vector<DType>{f}));
+  EXPECT_TRUE(ref_->supports(make_node(OpKind::AllGather, Shape{}), std::vector<DType>{f}));
   EXPECT_FALSE(ref_->supports(make_node(OpKind::Input, Shape{}), std::vector<DType>{}));
   EXPECT_FALSE(ref_->supports(make_node(OpKind::Rope, Shape{}), std::vector<DType>{f, f}));  // positions must be i32
 }

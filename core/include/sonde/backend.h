@@ -18,6 +18,7 @@ struct BackendInfo {
   std::string description;
   int threads = 1;
   int tensor_parallel = 1;  // ranks that hold one copy of the model between them (sharded backend)
+  int tensor_rank = 0;      // this rank's place among them: the model builds its shard's graph
 };
 
 struct BackendOptions {

@@ -36,6 +36,11 @@ enum class OpKind : std::uint8_t {
   EditReplace,  // (x, sel, v[G,E] or v[B,T,G,E]) -> sel ? v : x
   EditProject,  // (x, sel, d[G,E] unit) -> sel ? x - ((x . d) - edit_b) d : x  (dot over E)
   EditHost,     // (x, sel, pos[B,T] i32, step[1] i32) -> a copy of x that params.host rewrote (run by the executor)
+  // Collectives over the ranks that hold one model copy (tensor parallelism). A backend without
+  // a process group is a group of one: both are the identity there.
+  AllReduceSum,  // (x) f32 -> the element-wise sum over the ranks, added in rank order
+  AllGather,     // (x) f32 -> every rank's x[..., keep_begin:keep_end along params.axis, ...]
+                 // concatenated in rank order along params.axis, params.gathered long
   Count
 };
 
@@ -50,6 +55,15 @@ struct OpParams {
   float edit_a = 1.0f, edit_b = 0.0f;  // Edit*: see the OpKinds
   std::int64_t edit_groups = 1;        // Edit*: G
   std::shared_ptr<const HostEdit> host;  // EditHost: the callback (edits.h)
+  // AllGather: the dimension gathered along, its length after the gather, and the part of it
+  // this rank contributes (a rank holding a replicated kv head gives it only once); keep_end
+  // < 0: to the end. Only the axis is fixed: the other dims follow the input (reshape_inputs).
+  int axis = 0;
+  std::int64_t gathered = 0, keep_begin = 0, keep_end = -1;
+  // Attention, AttentionPattern under tensor parallelism: the local query heads are global heads
+  // q_head0.. and the local kv heads global kv_head0..; query head q reads kv head q / kv_group.
+  // kv_group 0: the usual nh / nkv contiguous groups.
+  std::int64_t q_head0 = 0, kv_head0 = 0, kv_group = 0;
 };
 
 struct Node {
@@ -95,6 +109,12 @@ class GraphBuilder {
   Ref add(Ref a, Ref b);
   Ref silu_mul(Ref gate, Ref up);
   Ref concat1(Ref a, Ref b);  // along dim 1; all other dims equal
+  Ref all_reduce_sum(Ref x);
+  // `gathered`: the axis's length after the gather (every rank's kept part, summed).
+  Ref all_gather(Ref x, int axis, std::int64_t gathered, std::int64_t keep_begin = 0, std::int64_t keep_end = -1);
+  // Attention / AttentionPattern whose local heads are a slice of the model's (OpParams).
+  Ref attention_sharded(OpKind op, Ref q, Ref k, Ref v, std::optional<Ref> mask, bool causal, std::int64_t q_head0,
+                        std::int64_t kv_head0, std::int64_t kv_group);
 
   // Names the intermediate where it is built: b.name(x, "blocks.3.hook_resid_post").
   Ref name(Ref r, const std::string& name);

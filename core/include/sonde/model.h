@@ -34,6 +34,8 @@ struct ModelInfo {
   // The KV cache as the graph names it, per layer (BatchShape): the past Inputs and the hooks that
   // hold this call's post-RoPE K and V. Empty for a model without a KV cache.
   std::vector<std::string> past_k, past_v, new_k, new_v;
+  // The kv heads a layer's cache holds here: a tensor-parallel shard's (0: config.json's).
+  std::int64_t cache_kv_heads = 0;
 };
 
 // A row dimension that is the number of keys the query attends over (attn.hook_pattern): it

@@ -131,7 +131,15 @@ inline AttnDims check_attention(const Node& n, Inputs in, const TensorView& out,
   const Shape &q = in[0].shape, &k = in[1].shape;
   if (in[2].shape != k) fail(n, "v {} does not match k {}", in[2].shape.str(), k.str());
   if (k[0] != q[0] || k[3] != q[3]) fail(n, "k {} does not match q {} (batch, head dim)", k.str(), q.str());
-  if (k[2] < 1 || q[2] % k[2] != 0) fail(n, "{} query heads are not a multiple of {} kv heads", q[2], k[2]);
+  if (n.params.kv_group > 0) {
+    const auto& p = n.params;
+    const std::int64_t first = p.q_head0 / p.kv_group - p.kv_head0, last = (p.q_head0 + q[2] - 1) / p.kv_group - p.kv_head0;
+    if (q[2] < 1 || first < 0 || last >= k[2])
+      fail(n, "query heads {}..{} in groups of {} need kv heads {}..{}, but {} from kv head {} are given", p.q_head0,
+           p.q_head0 + q[2] - 1, p.kv_group, first + p.kv_head0, last + p.kv_head0, k[2], p.kv_head0);
+  } else if (k[2] < 1 || q[2] % k[2] != 0) {
+    fail(n, "{} query heads are not a multiple of {} kv heads", q[2], k[2]);
+  }
   if (q[1] > k[1]) fail(n, "{} queries exceed {} keys", q[1], k[1]);
   if (in.size() == 4) {
     expect_dtype(n, in[3], "mask", DType::u8);
@@ -140,6 +148,48 @@ inline AttnDims check_attention(const Node& n, Inputs in, const TensorView& out,
   // AttentionPattern (same inputs) writes the probabilities instead: [B,T,nh,S].
   expect_out(n, out, pattern ? Shape{q[0], q[1], q[2], k[1]} : q, DType::f32);
   return {q[0], q[1], k[1], q[2], k[2], q[3], in.size() == 4};
+}
+
+// The local kv head query head h reads (OpParams::kv_group; else HF's repeat_kv groups).
+inline std::int64_t kv_head_of(const Node& n, const AttnDims& d, std::int64_t h) {
+  const auto& p = n.params;
+  return p.kv_group > 0 ? (p.q_head0 + h) / p.kv_group - p.kv_head0 : h / (d.nh / d.nkv);
+}
+
+// Whether an Attention node's head mapping is the usual contiguous groups (what the optimised
+// kernels compute), given its shapes' head counts.
+inline bool usual_kv_groups(const OpParams& p, std::int64_t nh, std::int64_t nkv) {
+  if (p.kv_group <= 0) return true;
+  if (nkv < 1 || nh % nkv != 0) return false;
+  for (std::int64_t h = 0; h < nh; ++h)
+    if ((p.q_head0 + h) / p.kv_group - p.kv_head0 != h / (nh / nkv)) return false;
+  return true;
+}
+
+// AllReduceSum: x f32 -> the same shape. AllGather: x f32 -> x's shape with params.gathered
+// along params.axis (graph.h).
+inline void check_all_reduce(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 1, 1);
+  expect_dtype(n, in[0], "x", DType::f32);
+  expect_out(n, out, in[0].shape, DType::f32);
+}
+struct GatherDims { std::int64_t outer, inner, axis_len, keep_begin, keep_end; };
+inline GatherDims check_all_gather(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 1, 1);
+  expect_dtype(n, in[0], "x", DType::f32);
+  const Shape& x = in[0].shape;
+  const int a = n.params.axis;
+  if (a < 0 || a >= x.rank) fail(n, "axis {} of x {}", a, x.str());
+  const std::int64_t end = n.params.keep_end < 0 ? x[a] : n.params.keep_end;
+  if (n.params.keep_begin < 0 || n.params.keep_begin > end || end > x[a])
+    fail(n, "kept range {}..{} of axis {} of x {}", n.params.keep_begin, end, a, x.str());
+  Shape gathered = x;
+  gathered[a] = n.params.gathered;
+  expect_out(n, out, gathered, DType::f32);
+  std::int64_t outer = 1, inner = 1;
+  for (int i = 0; i < a; ++i) outer *= x[i];
+  for (int i = a + 1; i < x.rank; ++i) inner *= x[i];
+  return {outer, inner, x[a], n.params.keep_begin, end};
 }
 
 // Add, SiluMul: two equal shapes -> the same shape.
@@ -212,6 +262,9 @@ inline bool supports_with(const Node& n, std::span<const DType> t, bool (*float_
     case OpKind::Reshape: return t.size() == 1 && n.dtype == t[0];
     case OpKind::Rope: return t.size() == 2 && fl(0) && t[1] == DType::i32 && f32_out;
     case OpKind::Attention:
+      // A sharded head mapping is computed by the reference kernel (and the sharded backend,
+      // which splits it into usual groups); the optimised kernels assume contiguous groups.
+      if (n.params.kv_group > 0) return false;
       return (t.size() == 3 || t.size() == 4) && fl(0) && fl(1) && fl(2) && (t.size() == 3 || t[3] == DType::u8) && f32_out;
     case OpKind::Add:
     case OpKind::SiluMul: return t.size() == 2 && fl(0) && fl(1) && f32_out;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -104,5 +105,11 @@ class Sink : public Plugin {
   virtual void join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata& meta);
   virtual bool joins() const { return false; }  // whether join() is implemented
 };
+
+// A sink that wants every hook it is opened with and keeps nothing: what the ranks of a
+// tensor-parallel model copy other than its writer hold in place of the writer's sinks, so that
+// they tap the same hooks and so make the same collectives (a split hook is gathered on every
+// rank of the copy) while writing nothing.
+std::shared_ptr<Sink> discard_sink();
 
 }  // namespace sonde
