@@ -162,16 +162,17 @@ std::unique_ptr<PyJob> start(std::shared_ptr<Engine> engine, const std::string& 
   pj->job = std::make_unique<Job>([engine, spec, outcome](Job& job) {
     RunOptions& o = spec->options;
     o.cancel = job.cancel_flag();
-    if (spec->stream) {
-      o.on_token = [&job](std::int64_t request, std::int32_t token) {
-        if (job.cancelled()) throw Cancelled{};
-        job.push(Event{Event::Kind::Token, request, 0, token, {}, {}});
-      };
-      o.on_step = [&job](std::int64_t request, std::int64_t step, const std::vector<std::int32_t>& canvas) {
-        if (job.cancelled()) throw Cancelled{};
-        job.push(Event{Event::Kind::Step, request, step, 0, canvas, {}});
-      };
-    }
+    // The callbacks also let Ctrl-C stop a run at its next token or step, not only between
+    // micro-batches; events are queued only for the generator form.
+    const bool stream = spec->stream;
+    o.on_token = [&job, stream](std::int64_t request, std::int32_t token) {
+      if (job.cancelled()) throw Cancelled{};
+      if (stream) job.push(Event{Event::Kind::Token, request, 0, token, {}, {}});
+    };
+    o.on_step = [&job, stream](std::int64_t request, std::int64_t step, const std::vector<std::int32_t>& canvas) {
+      if (job.cancelled()) throw Cancelled{};
+      if (stream) job.push(Event{Event::Kind::Step, request, step, 0, canvas, {}});
+    };
     if (spec->progress)
       o.on_progress = [&job](const RunProgress& p) { job.push(Event{Event::Kind::Progress, 0, 0, 0, {}, p}); };
     std::vector<Request> requests = std::move(spec->requests);
