@@ -163,14 +163,15 @@ std::unique_ptr<PyJob> start(std::shared_ptr<Engine> engine, const std::string& 
     RunOptions& o = spec->options;
     o.cancel = job.cancel_flag();
     // The callbacks also let Ctrl-C stop a run at its next token or step, not only between
-    // micro-batches; events are queued only for the generator form.
-    const bool stream = spec->stream;
-    o.on_token = [&job, stream](std::int64_t request, std::int32_t token) {
-      if (job.cancelled()) throw Cancelled{};
+    // micro-batches (a committed run, sonde.batch, stops between them, at a checkpoint); events
+    // are queued only for the generator form.
+    const bool stream = spec->stream, stop_now = spec->stop_mid_batch;
+    o.on_token = [&job, stream, stop_now](std::int64_t request, std::int32_t token) {
+      if (stop_now && job.cancelled()) throw Cancelled{};
       if (stream) job.push(Event{Event::Kind::Token, request, 0, token, {}, {}});
     };
-    o.on_step = [&job, stream](std::int64_t request, std::int64_t step, const std::vector<std::int32_t>& canvas) {
-      if (job.cancelled()) throw Cancelled{};
+    o.on_step = [&job, stream, stop_now](std::int64_t request, std::int64_t step, const std::vector<std::int32_t>& canvas) {
+      if (stop_now && job.cancelled()) throw Cancelled{};
       if (stream) job.push(Event{Event::Kind::Step, request, step, 0, canvas, {}});
     };
     if (spec->progress)

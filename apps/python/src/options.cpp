@@ -64,6 +64,7 @@ CallSpec parse_call(const std::string& requests_json, const std::string& options
     r.record_history = o.value("record_history", false);
     r.keep_results = o.value("keep_results", true);
     r.checkpoint_every = o.value("checkpoint_every", std::int64_t{64});
+    r.checkpoint_seconds = o.value("checkpoint_seconds", 60.0);
     c.skip_bad = o.value("skip_bad", false);
     r.skip_bad = c.skip_bad;
     c.dataset = o.value("dataset", "");
@@ -71,6 +72,7 @@ CallSpec parse_call(const std::string& requests_json, const std::string& options
     c.memory = o.value("memory", false);
     c.stream = o.value("stream", false);
     c.progress = o.value("progress", false);
+    c.stop_mid_batch = o.value("stop_mid_batch", true);
   } catch (const json::exception& e) {
     bad_input("python call: {}", e.what());
   }

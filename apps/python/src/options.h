@@ -18,6 +18,7 @@ struct CallSpec {
   bool memory = false;     // capture into a MemorySink (run_with_cache, generate)
   bool stream = false;     // queue tokens and diffusion steps as events (generator form)
   bool progress = false;   // queue progress events
+  bool stop_mid_batch = true;  // cancel at the next token or step, not only between micro-batches
 };
 
 // BadInput naming the field and value for anything malformed.
