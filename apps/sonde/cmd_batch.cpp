@@ -42,7 +42,8 @@ void catch_sigint() {
 struct BatchOptions {
   CommonOptions common;
   CaptureSettings capture;
-  std::string input, output, acts;
+  EditFlags edits;
+  std::string input, output, acts, stats;
   std::int64_t batch_size = 8, checkpoint_every = 64;
   double checkpoint_seconds = 60;
   bool resume = false, overwrite = false, durable = false, skip_bad = false;
@@ -52,14 +53,14 @@ struct BatchOptions {
 
 void check_outputs(const BatchOptions& o) {
   if (o.resume && o.overwrite) bad_input("--resume and --overwrite exclude each other");
-  for (const auto& [flag, path] : {std::pair{"--output", o.output}, std::pair{"--acts", o.acts}})
+  for (const auto& [flag, path] : {std::pair{"--output", o.output}, std::pair{"--acts", o.acts}, std::pair{"--stats", o.stats}})
     if (!path.empty() && std::filesystem::exists(path) && !o.resume && !o.overwrite)
       bad_input("{}: {} exists (use --resume to continue that run or --overwrite to replace it)", flag, path);
   if (!o.acts.empty() && std::filesystem::absolute(o.acts) == std::filesystem::absolute(o.output))
     bad_input("--acts and --output are the same file {}", o.output);
   // An output that cannot be created is refused before the model loads and before anything is
   // written (the activation file is opened first, so a bad --output found later would leave it).
-  for (const auto& [flag, path] : {std::pair{"--output", o.output}, std::pair{"--acts", o.acts}}) {
+  for (const auto& [flag, path] : {std::pair{"--output", o.output}, std::pair{"--acts", o.acts}, std::pair{"--stats", o.stats}}) {
     if (path.empty()) continue;
     const auto parent = std::filesystem::absolute(path).parent_path();
     std::error_code ec;
@@ -84,7 +85,7 @@ int run_batch(BatchOptions o) {
     throw Error(e.kind(), fmt::format("{} (--skip-bad-lines skips bad lines)", e.what()));
   }
   for (auto& r : data.requests) r.where = o.input + " " + r.where;
-  as_flag("--hooks", [&] { make_capture_spec(*session, o.capture); });
+  if (o.edits.file.empty() && o.edits.steer.empty()) as_flag("--hooks", [&] { make_capture_spec(*session, o.capture); });
 
   RunOptions ro;
   ro.command = "batch";
@@ -93,7 +94,9 @@ int run_batch(BatchOptions o) {
   ro.batch_size = o.batch_size;
   ro.skip_bad = o.skip_bad;
   ro.capture = o.capture;
-  if (!o.acts.empty()) ro.sinks = {SinkSpec{"hdf5", o.acts, o.overwrite, nullptr}};
+  ro.edits = edit_specs(o.edits);
+  if (!o.acts.empty()) ro.sinks.push_back(SinkSpec{"hdf5", o.acts, o.overwrite, nullptr});
+  if (!o.stats.empty()) ro.sinks.push_back(SinkSpec{"stats", o.stats, o.overwrite, nullptr});
   ro.results_path = o.output;
   ro.dataset_path = o.input;
   ro.resume = o.resume;
@@ -156,6 +159,7 @@ int cmd_batch(const Args& args) {
       ("acts", po::value(&o.acts),
        "HDF5 file for the activations selected with --hooks (under mpiexec with several model copies: a "
        "directory of rank-<r>.h5 files and run.h5, which joins them)")
+      ("stats", po::value(&o.stats), "running statistics of the --hooks rows (HDF5; resumable with --resume)")
       ("batch-size", po::value(&o.batch_size)->default_value(8), "prompts per micro-batch")
       ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(64), "commit every K prompts")
       ("checkpoint-seconds", po::value(&o.checkpoint_seconds)->default_value(60), "commit at least every T seconds")
@@ -168,11 +172,14 @@ int cmd_batch(const Args& args) {
   add_generation_options(defaults, /*all=*/false);
   desc.add(defaults);
   add_capture_options(desc, o.capture);
+  add_edit_options(desc, o.edits);
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde batch --model DIR --input F.jsonl --output R.jsonl [--hooks SEL --acts F.h5] [--resume]",
                      desc, vm))
     return 0;
-  if (vm.count("hooks") != vm.count("acts")) bad_input("--hooks and --acts go together: give both or neither");
+  if (vm.count("acts") && !vm.count("hooks")) bad_input("--acts needs --hooks");
+  if (vm.count("hooks") && !vm.count("acts") && !vm.count("stats")) bad_input("--hooks needs --acts or --stats");
+  if (vm.count("stats") && !vm.count("hooks")) bad_input("--stats needs --hooks");
   if (o.batch_size < 1) bad_input("--batch-size must be at least 1, got {}", o.batch_size);
   if (o.checkpoint_every < 1) bad_input("--checkpoint-every must be at least 1, got {}", o.checkpoint_every);
   if (!(o.checkpoint_seconds > 0)) bad_input("--checkpoint-seconds must be positive, got {}", o.checkpoint_seconds);

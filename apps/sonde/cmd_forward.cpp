@@ -15,10 +15,12 @@ namespace sonde::cli {
 int cmd_forward(const Args& args) {
   CommonOptions common;
   CaptureSettings capture;
-  std::string ids_text, text, out;
+  std::string ids_text, text, out, stats;
   bool overwrite = false;
   po::options_description desc("forward options");
   add_common_options(desc, common);
+  EditFlags edits;
+  add_edit_options(desc, edits);
   desc.add_options()
       ("ids", po::value(&ids_text), "token ids, e.g. 1,2,3")
       ("text", po::value(&text), "text to tokenize with the model's tokenizer")
@@ -26,6 +28,7 @@ int cmd_forward(const Args& args) {
       ("hooks", po::value(&capture.hooks), "hooks to capture: names, aliases, globs, ranges, comma-separated")
       ("storage-dtype", po::value(&capture.storage)->default_value("f32"), "f32, bf16 or f16")
       ("compress", po::bool_switch(&capture.compress), "shuffle + deflate")
+      ("stats", po::value(&stats), "running statistics of the --hooks rows, an HDF5 file (also the input of mean edits)")
       ("overwrite", po::bool_switch(&overwrite), "replace an existing output file");
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde forward --model DIR (--ids 1,2,3 | --text T) --out F.h5 [--hooks SEL]", desc, vm))
@@ -46,10 +49,13 @@ int cmd_forward(const Args& args) {
   o.kind = RunKind::Forward;
   o.command = "forward";
   o.capture = capture;
+  o.edits = edit_specs(edits);
   o.sinks = {SinkSpec{"hdf5", out, overwrite, nullptr}};
+  if (!stats.empty()) o.sinks.push_back(SinkSpec{"stats", stats, overwrite, nullptr});
   // Checked before the run prepares the request, whose errors come first; the sink refuses too.
   if (std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
-  as_flag("--hooks", [&] { make_capture_spec(*session, capture, /*per_sequence_ok=*/true); });
+  // With edits the run checks --hooks itself: <hook>.pre_edit exists only once they are set.
+  if (o.edits.empty()) as_flag("--hooks", [&] { make_capture_spec(*session, capture, /*per_sequence_ok=*/true); });
   const RunResult res = run(*session, {request}, o);
 
   const auto T = res.logits.shape()[0], V = res.logits.shape()[1];

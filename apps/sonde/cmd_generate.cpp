@@ -21,8 +21,9 @@ namespace {
 struct GenerateOptions {
   CommonOptions common;
   CaptureSettings capture;
+  EditFlags edits;
   std::vector<std::string> ids;
-  std::string prompt, out;
+  std::string prompt, out, stats;
   bool chat = false, json = false, history = false, no_cache = false, overwrite = false;
   std::uint64_t seed = 0;
 };
@@ -69,14 +70,18 @@ int cmd_generate(const Args& args) {
       ("history", po::bool_switch(&o.history), "diffusion, with --json: the canvas after every step")
       ("no-kv-cache", po::bool_switch(&o.no_cache), "autoregressive: recompute the whole prefix every step")
       ("out", po::value(&o.out), "HDF5 file for the activations selected with --hooks")
+      ("stats", po::value(&o.stats), "running statistics of the --hooks rows, an HDF5 file")
       ("overwrite", po::bool_switch(&o.overwrite), "replace an existing --out file");
   add_generation_options(desc, /*all=*/true);
   add_capture_options(desc, o.capture);
+  add_edit_options(desc, o.edits);
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde generate --model DIR (--prompt T | --ids 1,2,3 ...) [--chat] [--max-new-tokens N] [--json]",
                      desc, vm))
     return 0;
-  if (vm.count("hooks") != vm.count("out")) bad_input("--hooks and --out go together: give both or neither");
+  if (vm.count("out") && !vm.count("hooks")) bad_input("--out needs --hooks");
+  if (vm.count("hooks") && !vm.count("out") && !vm.count("stats")) bad_input("--hooks needs --out or --stats");
+  if (vm.count("stats") && !vm.count("hooks")) bad_input("--stats needs --hooks");
   check_capture_flags(o.capture, vm);
   if (o.ids.empty() == !vm.count("prompt")) bad_input("give --prompt or --ids (not both)");
   if (o.chat && !vm.count("prompt")) bad_input("--chat needs --prompt");
@@ -89,9 +94,11 @@ int cmd_generate(const Args& args) {
   ro.use_kv_cache = !o.no_cache;
   ro.record_history = o.history;
   ro.capture = o.capture;
-  if (!o.out.empty()) {
-    as_flag("--hooks", [&] { make_capture_spec(*session, o.capture); });
-    ro.sinks = {SinkSpec{"hdf5", o.out, o.overwrite, nullptr}};
+  ro.edits = edit_specs(o.edits);
+  if (!o.out.empty() || !o.stats.empty()) {
+    if (ro.edits.empty()) as_flag("--hooks", [&] { make_capture_spec(*session, o.capture); });  // else the run checks
+    if (!o.out.empty()) ro.sinks.push_back(SinkSpec{"hdf5", o.out, o.overwrite, nullptr});
+    if (!o.stats.empty()) ro.sinks.push_back(SinkSpec{"stats", o.stats, o.overwrite, nullptr});
   }
   const auto reqs = requests(o, vm, settings);
 

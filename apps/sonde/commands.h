@@ -18,5 +18,7 @@ int cmd_tokenize(const Args& args);
 int cmd_generate(const Args& args);
 int cmd_bench(const Args& args);
 int cmd_batch(const Args& args);
+int cmd_lens(const Args& args);
+int cmd_score(const Args& args);
 
 }  // namespace sonde::cli

@@ -31,6 +31,8 @@ const CommandEntry kCommands[] = {
     {"forward", sonde::cli::cmd_forward, "one forward pass; logits and selected hooks to HDF5"},
     {"generate", sonde::cli::cmd_generate, "autoregressive (Qwen2) or masked-diffusion (Dream) generation"},
     {"batch", sonde::cli::cmd_batch, "a JSONL dataset through generation; results and activations, resumable"},
+    {"lens", sonde::cli::cmd_lens, "logit lens: every layer's residual stream through the final norm and head"},
+    {"score", sonde::cli::cmd_score, "log-likelihood of completions (exact for Qwen2, a Monte Carlo bound for Dream)"},
     {"tokenize", sonde::cli::cmd_tokenize, "text to token ids (or back with --decode)"},
     {"bench", sonde::cli::cmd_bench, "prefill / decode tokens/s, one diffusion step, peak RSS (--json)"},
     {"plugins", sonde::cli::cmd_plugins, "list the plugins found and the files rejected"},

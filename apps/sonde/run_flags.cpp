@@ -68,4 +68,17 @@ GenerationSettings generation_settings(const po::variables_map& vm) {
   return s;
 }
 
+void add_edit_options(po::options_description& desc, EditFlags& e) {
+  desc.add_options()
+      ("edits", po::value(&e.file), "interventions at hook points, a JSON file (docs/interventions.md)")
+      ("steer", po::value(&e.steer)->composing(), "add a vector: 'HOOK=FILE.h5:/dataset*SCALE' or 'HOOK=FILE.npy*SCALE' (repeatable)");
+}
+
+std::vector<EditSpec> edit_specs(const EditFlags& e) {
+  std::vector<EditSpec> out;
+  if (!e.file.empty()) out = parse_edits_file(e.file);
+  for (const auto& s : e.steer) out.push_back(parse_steer(s));
+  return out;
+}
+
 }  // namespace sonde::cli

@@ -26,6 +26,15 @@ void add_capture_options(po::options_description& desc, CaptureSettings& c);
 // before anything is opened.
 void check_capture_flags(const CaptureSettings& c, const po::variables_map& vm);
 
+// --edits FILE (JSON) and --steer 'HOOK=FILE.h5:/v*SCALE' (repeatable): interventions.
+struct EditFlags {
+  std::string file;
+  std::vector<std::string> steer;
+};
+void add_edit_options(po::options_description& desc, EditFlags& e);
+// The edits of --edits then --steer, parsed (BadInput naming the flag).
+std::vector<EditSpec> edit_specs(const EditFlags& e);
+
 // --max-new-tokens, --temperature, --top-k, --top-p, --steps, --alg; with `all` also
 // --repetition-penalty, --alg-temp, --eps and --stop (repeatable).
 void add_generation_options(po::options_description& desc, bool all);

@@ -1,6 +1,7 @@
 #include "cpu_blas_backend.h"
 
 #include "kernels.h"
+#include "edit_f32.h"
 
 #include <cblas.h>
 
@@ -59,6 +60,9 @@ void CpuBlasBackend::run(const Node& node, std::span<const TensorView> inputs, c
     case OpKind::Add: return add(node, in, out);
     case OpKind::SiluMul: return silu_mul(node, in, out);
     case OpKind::Concat: return concat(node, in, out);
+    case OpKind::EditAffine:
+    case OpKind::EditReplace:
+    case OpKind::EditProject: return ops::run_edit_f32(node, in, out);
     default: ops::fail(node, "cpu-blas does not run this op");
   }
 }

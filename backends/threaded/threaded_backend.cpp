@@ -1,6 +1,7 @@
 #include "threaded_backend.h"
 
 #include "ops.h"
+#include "edit_f32.h"
 
 #include <sonde/log.h>
 
@@ -174,6 +175,9 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
     case OpKind::Attention: attention(c, node, in, out); break;
     case OpKind::Add: add(c, node, in, out); break;
     case OpKind::SiluMul: silu_mul(c, node, in, out); break;
+    case OpKind::EditAffine:
+    case OpKind::EditReplace:
+    case OpKind::EditProject: ops::run_edit_f32(node, in, out); break;
     default: ops::fail(node, "threaded does not run this op");
   }
   // Only a Linear that streams its weight (few rows: decode) starts a read-ahead; the ops after

@@ -1,10 +1,12 @@
 // Planning: mark what the requested outputs and the tapped hooks need (walking inputs backwards),
 // choose a backend per node, and record each buffer's last reader so it is freed right after.
+#include <sonde/edits.h>
 #include <sonde/error.h>
 #include <sonde/executor.h>
 #include <sonde/log.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <utility>
 
@@ -51,6 +53,16 @@ void group_siblings(const Graph& g, Plan& p) {
   }
 }
 
+// The executor runs a host edit itself, on host memory, whatever the backend: the callback gets
+// a copy of the hooked value to rewrite in place.
+void run_host_edit(const Node& node, const std::vector<TensorView>& in, const TensorView& out) {
+  const Tensor x = in[0].contiguous() && in[0].dtype == DType::f32 ? Tensor() : to_f32(in[0]);
+  const TensorView& src = x.empty() ? in[0] : x.view();
+  std::memcpy(out.data, src.data, out.nbytes());
+  if (node.params.host && node.params.host->fn)
+    node.params.host->fn(HostEditContext{node.name(), out, in[1], in[2], *in[3].as<const std::int32_t>()});
+}
+
 }  // namespace
 
 Plan Executor::plan(const Graph& g, const std::vector<std::string>& outputs, const Wants& wants) const {
@@ -86,7 +98,7 @@ Plan Executor::plan(const Graph& g, const std::vector<std::string>& outputs, con
     for (int in : node.inputs) p.last_use[static_cast<std::size_t>(in)] = static_cast<int>(p.order.size());
     p.order.push_back(static_cast<int>(i));
     if (node.op == OpKind::Weight) p.weights[i] = primary_.weight(node.params.ref);
-    if (node.op == OpKind::Input || node.op == OpKind::Weight) continue;
+    if (node.op == OpKind::Input || node.op == OpKind::Weight || node.op == OpKind::EditHost) continue;
     const auto dtypes = input_dtypes(g, node);
     if (primary_.supports(node, dtypes)) {
       p.backend[i] = &primary_;
@@ -154,6 +166,9 @@ std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::s
       value[i] = it->second;
     } else if (node.op == OpKind::Weight) {
       resolve_weight(i);
+    } else if (node.op == OpKind::EditHost) {
+      allocate(i);
+      run_host_edit(node, inputs_of(node), value[i]);
     } else if (ready[i]) {
       // computed with its siblings
     } else if (const int group = p.sibling_group[i]; group >= 0) {

@@ -1,6 +1,8 @@
 #include <sonde/error.h>
 #include <sonde/graph.h>
 
+#include <algorithm>
+
 namespace sonde {
 
 std::string_view op_name(OpKind op) {
@@ -17,6 +19,10 @@ std::string_view op_name(OpKind op) {
     case OpKind::SiluMul: return "SiluMul";
     case OpKind::AttentionPattern: return "AttentionPattern";
     case OpKind::Concat: return "Concat";
+    case OpKind::EditAffine: return "EditAffine";
+    case OpKind::EditReplace: return "EditReplace";
+    case OpKind::EditProject: return "EditProject";
+    case OpKind::EditHost: return "EditHost";
     case OpKind::Count: break;
   }
   return "?";
@@ -60,6 +66,21 @@ Node make(OpKind op, std::vector<int> inputs) {
 
 [[noreturn]] void shape_error(OpKind op, const std::string& what, const Shape& a, const Shape& b) {
   runtime_error("graph: {}: {} ({} vs {})", op_name(op), what, a.str(), b.str());
+}
+
+// x [B,T,*row] as [B,T,G,E]: sel must be [B,T,G]; an operand [G,E] (or [B,T,G,E] for a
+// replacement) holds G*E elements per row.
+void check_edit(const Node& n, const Shape& x, const Shape& sel, const Shape* v) {
+  const std::int64_t G = n.params.edit_groups;
+  const std::int64_t row = x.rank >= 2 ? x.numel() / std::max<std::int64_t>(1, x[0] * x[1]) : 0;
+  if (x.rank < 3 || G < 1 || row % G != 0) shape_error(n.op, "x must be [B,T,*row] with a row of G groups", x, Shape{G});
+  if (sel != Shape{x[0], x[1], G}) shape_error(n.op, "selection must be [B,T,G]", x, sel);
+  if (!v) return;
+  const bool per_row = n.op == OpKind::EditReplace && v->rank == 4;
+  const bool ok = n.op == OpKind::EditHost ? *v == Shape{x[0], x[1]}
+                  : per_row ? *v == Shape{x[0], x[1], G, row / G}
+                            : *v == Shape{G, row / G};
+  if (!ok) shape_error(n.op, "operand must be [G,E] (or [B,T,G,E] to replace; positions [B,T] for a host edit)", x, *v);
 }
 
 // Sets n.shape and n.dtype from its inputs (earlier nodes) and params, or throws naming the op.
@@ -128,6 +149,13 @@ void infer(const std::vector<Node>& nodes, Node& n) {
       n.dtype = in(0).dtype;
       return;
     }
+    case OpKind::EditAffine:
+    case OpKind::EditReplace:
+    case OpKind::EditProject:
+    case OpKind::EditHost:
+      check_edit(n, in(0).shape, in(1).shape, n.inputs.size() > 2 ? &in(2).shape : nullptr);
+      n.shape = in(0).shape;
+      return;
     case OpKind::Input:
     case OpKind::Weight:
     case OpKind::Count: break;

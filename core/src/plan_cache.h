@@ -44,6 +44,7 @@ class PlanCache {
   // when the cache is full). The taps are copied only then: a capture may tap hundreds.
   PlannedGraph& get(const PlanKey& key, const std::set<std::string>& taps, const Make& make);
   std::int64_t made() const { return made_; }
+  void clear() { entries_.clear(); }  // the graphs change (edits): plan again
 
  private:
   struct Entry {

@@ -42,6 +42,13 @@ Generated generate_batch(RunModel& s, DecodeForward& fwd, const std::vector<cons
     seeds.push_back(p->seed);
     g.results.push_back(result_of(*p));
   }
+  std::vector<std::int64_t> lens;
+  std::vector<std::string> ids;
+  for (const auto* p : batch) {
+    lens.push_back(static_cast<std::int64_t>(p->ids.size()));
+    ids.push_back(p->id);
+  }
+  s.begin_rows(lens, ids);
   const GenerationSettings& settings = batch.front()->settings;  // equal across a micro-batch
   const Tokenizer* tok = s.tokenizer();
   if (s.info().decoding == DecodingKind::MaskedDiffusion) {
@@ -121,6 +128,7 @@ void run_forward(RunModel& s, const PreparedRequest& p, const CaptureSpec& spec,
   std::set<std::string> taps;
   for (const auto& h : spec.hooks) taps.insert(h.name);
   auto& sinks = out.sinks();
+  s.begin_rows({T}, {p.id});
   Tensor logits = s.forward(p.ids, taps, [&](const std::string& hook, const TensorView& v) {
     Shape rows = v.shape;  // [1, T, ...] -> [T, ...]
     for (int k = 1; k < rows.rank; ++k) rows[k - 1] = rows[k];
@@ -213,6 +221,15 @@ RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOption
   RunResult res;
   const auto prepared = prepare(s, requests, o, res.skipped);
   for (const auto& why : res.skipped) note("skipped " + why);
+  // The model keeps the run's edits until the run ends, however it ends.
+  struct EditsOn {
+    RunModel& s;
+    bool on;
+    ~EditsOn() {
+      if (on) s.set_edits({});
+    }
+  } edits_on{s, !o.edits.empty()};
+  if (!o.edits.empty()) s.set_edits(run_edits(s, o, prepared));
   CaptureSpec spec = make_capture_spec(s, o.capture, o.kind == RunKind::Forward);
   if (o.sinks.empty()) {  // nowhere to go: nothing is captured
     spec.hooks.clear();

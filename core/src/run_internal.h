@@ -33,6 +33,10 @@ std::vector<PreparedRequest> prepare(const RunModel& s, const std::vector<Reques
 std::vector<const PreparedRequest*> next_batch(const std::vector<PreparedRequest>& all, std::size_t from,
                                                std::int64_t size);
 
+// The run's edits resolved for the model (edit_spec.h): positions bounded by the longest prompt
+// plus its new tokens, diffusion steps by the requests' steps. BadInput before any output.
+std::vector<Edit> run_edits(const RunModel& s, const RunOptions& o, const std::vector<PreparedRequest>& prepared);
+
 // What decides the outputs, recorded as run_config_json (a resume must match it exactly), and
 // the root attributes of every sink's file (design §5).
 nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vector<PreparedRequest>& prepared);

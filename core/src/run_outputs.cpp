@@ -22,6 +22,11 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
                    {"batch_size", o.batch_size},
                    {"defaults", o.defaults.to_json()},
                    {"capture", o.capture.to_json()}};
+  if (!o.edits.empty()) {
+    nlohmann::json edits = nlohmann::json::array();
+    for (const auto& e : o.edits) edits.push_back(e.to_json());
+    j["edits"] = edits;
+  }
   if (!o.dataset_path.empty()) {
     j["input_sha256"] = sha256_file(o.dataset_path);
   } else {  // a one-shot file is the only record of what it ran
@@ -52,6 +57,9 @@ RunMetadata run_metadata(const RunModel& s, const std::string& run_config_json, 
                {"compute_dtype", "f32"},
                {"storage_dtype", storage_dtype},
                {"weight_processing", "none"}};
+  // The edits a run applied, on every output (run_config_json holds them too, with the rest).
+  if (const auto cfg = nlohmann::json::parse(run_config_json, nullptr, false); cfg.is_object() && cfg.contains("edits"))
+    m.strings["edits_json"] = cfg["edits"].dump();
   m.ints = {{"prediction_shift", s.info().prediction_shift}, {"rank", 0}, {"world_size", 1}};
   return m;
 }

@@ -12,7 +12,23 @@ class SessionModel final : public RunModel {
   explicit SessionModel(Session& s) : s_(s) {}
   const ModelConfig& config() const override { return s_.config(); }
   const ModelInfo& info() const override { return s_.info(); }
-  std::vector<HookPoint> hook_points() const override { return s_.hook_points(); }
+  // With edits, each edited hook's value before its first edit is a hook too: <hook>.pre_edit.
+  std::vector<HookPoint> hook_points() const override {
+    auto hooks = s_.hook_points();
+    const auto n = hooks.size();
+    for (std::size_t i = 0; i < n; ++i)
+      for (const auto& e : s_.edits())
+        if (e.hook == hooks[i].name) {
+          hooks.push_back({hooks[i].name + ".pre_edit", hooks[i].row_shape});
+          break;
+        }
+    return hooks;
+  }
+  void set_edits(std::vector<Edit> edits) override { s_.set_edits(std::move(edits)); }
+  void begin_rows(const std::vector<std::int64_t>& prompt_len, const std::vector<std::string>& ids) override {
+    call_ = EditCall{prompt_len, ids, 0};
+    static_cast<SessionDecodeForward&>(decoder()).begin_edit_rows(prompt_len, ids);
+  }
   const Tokenizer* tokenizer() const override { return s_.tokenizer(); }
   std::string backend_name() const override { return s_.backend_name(); }
   std::filesystem::path model_dir() const override { return s_.model_dir(); }
@@ -24,12 +40,14 @@ class SessionModel final : public RunModel {
     ForwardInput in;
     in.tokens = static_cast<std::int64_t>(ids.size());
     in.ids = ids;
+    in.edit = &call_;
     return s_.forward(in, true, taps, tap);
   }
 
  private:
   Session& s_;
   std::optional<SessionDecodeForward> decoder_;
+  EditCall call_;
 };
 
 }  // namespace

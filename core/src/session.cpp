@@ -91,6 +91,9 @@ Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set
       {"positions", TensorView(positions.data(), DType::i32, bt)},
   };
   if (!in.mask.empty()) feeds["mask"] = TensorView(const_cast<std::uint8_t*>(in.mask.data()), DType::u8, bt);
+  std::vector<Tensor> edit_storage;
+  if (!edits_.empty())
+    edit_feeds(edits_, in.edit ? *in.edit : EditCall{}, in.batch, in.tokens, 0, positions, in.mask, edit_storage, feeds);
   auto out = executor_->run(plan, feeds, tap);
   return need_logits ? out.at("logits") : Tensor();
 }
@@ -100,10 +103,22 @@ std::unique_ptr<PlannedGraph> Session::build_planned(const BatchShape& shape, co
   GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
   model_->build(shape, b);
   pg->graph = b.finish();
+  if (!edits_.empty()) insert_edits(pg->graph, edits_);
   pg->plan = executor_->plan(pg->graph, shape.need_logits ? std::vector<std::string>{"logits"} : std::vector<std::string>{},
                              tapped);
   pg->past = shape.past_tokens;
   return pg;
+}
+
+std::map<std::string, Tensor> Session::run_graph(const Graph& g, const std::vector<std::string>& outputs,
+                                                 const std::map<std::string, TensorView>& feeds) {
+  const Plan plan = executor_->plan(g, outputs, {});
+  return executor_->run(plan, feeds, {});
+}
+
+void Session::set_edits(std::vector<Edit> edits) {
+  edits_ = std::move(edits);
+  plans_->clear();
 }
 
 std::int64_t Session::graphs_built() const { return plans_->made(); }

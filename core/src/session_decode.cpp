@@ -14,7 +14,11 @@ void SessionDecodeForward::reset_cache(std::int64_t batch, std::int64_t capacity
 }
 
 Tensor SessionDecodeForward::forward(const StepInput& in) {
-  ForwardInput fi{in.batch, in.tokens, in.ids, in.positions, in.key_mask};
+  ForwardInput fi{in.batch, in.tokens, in.ids, in.positions, in.key_mask, &edit_call_};
+  struct NextStep {  // the step counts forwards, thrown or not
+    EditCall& c;
+    ~NextStep() { ++c.step; }
+  } next{edit_call_};
   if (in.use_cache) {
     if (in.past != cache_.filled)
       runtime_error("decode: step reads {} cached slots but the cache holds {}", in.past, cache_.filled);
@@ -22,6 +26,10 @@ Tensor SessionDecodeForward::forward(const StepInput& in) {
   }
   if (in.past != 0) runtime_error("decode: past = {} without a cache", in.past);
   return session_.forward(fi, in.need_logits, taps_, tap_);
+}
+
+void SessionDecodeForward::begin_edit_rows(std::vector<std::int64_t> prompt_len, std::vector<std::string> prompt_id) {
+  edit_call_ = EditCall{std::move(prompt_len), std::move(prompt_id), 0};
 }
 
 void SessionDecodeForward::set_taps(const std::vector<std::string>& hooks, HookTap tap) {

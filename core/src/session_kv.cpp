@@ -114,6 +114,9 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   // Each layer's keys and values, past then new, are written where they belong: the cache's
   // first P + T slots (the executor takes the view when it is contiguous, i.e. for one row), so
   // the past is not copied again every step.
+  std::vector<Tensor> edit_storage;
+  if (!edits_.empty())
+    edit_feeds(edits_, in.edit ? *in.edit : EditCall{}, in.batch, T, P, in.positions, in.mask, edit_storage, feeds);
   std::vector<std::pair<int, TensorView>> placed;
   for (std::size_t i = 0; P > 0 && i < pg.kv_concats.size(); ++i) {
     const auto& c = pg.kv_concats[i];

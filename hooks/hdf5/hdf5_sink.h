@@ -14,6 +14,7 @@
 #include "tables.h"
 #include "write_queue.h"
 
+#include <sonde/array_reader.h>
 #include <sonde/sink.h>
 
 #include <cstdint>
@@ -26,7 +27,8 @@ namespace sonde::hdf5 {
 
 inline constexpr const char* kSchema = "sonde.acts/1";
 
-class Hdf5Sink final : public Sink {
+// Also core's ArrayReader (array_read.cpp): edits read vectors and patch sources through it.
+class Hdf5Sink final : public Sink, public ArrayReader {
  public:
   Hdf5Sink();
   ~Hdf5Sink() override;  // closes without marking the file complete
@@ -42,6 +44,10 @@ class Hdf5Sink final : public Sink {
   void flush() override;
   void close() override;
   void join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata& meta) override;  // join.cpp
+
+  Tensor read(const std::string& file, const std::string& dataset) const override;
+  bool has(const std::string& file, const std::string& dataset) const override;
+  std::optional<std::string> root_attr(const std::string& file, const std::string& name) const override;
 
  private:
   struct Act {

@@ -21,6 +21,9 @@ class DecoderModel : public ModelPlugin {
   ModelInfo decoder_info() const {
     ModelInfo i;
     i.embedding_weight = "model.embed_tokens.weight";
+    i.final_norm_weight = "model.norm.weight";
+    i.head_weight = spec_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    i.final_norm_eps = spec_.rms_eps;
     for (std::int64_t l = 0; l < spec_.layers; ++l) {
       const auto layer = std::to_string(l);
       i.past_k.push_back("past_k." + layer);

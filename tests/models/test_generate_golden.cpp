@@ -132,7 +132,7 @@ TEST(GenerateBadRequests, ExitTwoWithAClearMessage) {
       {kDream, {"--ids", "5,6", "--steps", "0"}, "--steps"},
       {kDream, {"--ids", "5,6", "--alg", "greedy"}, "greedy"},
       {kQwen, {"--ids", "5,6", "--max-new-tokens", "100000000"}, "max_position_embeddings"},
-      {kQwen, {"--ids", "5,6", "--hooks", "hook_embed"}, "--hooks and --out go together"},
+      {kQwen, {"--ids", "5,6", "--hooks", "hook_embed"}, "--hooks needs --out or --stats"},
       {kQwen, {"--ids", "5,6", "--prompt", "hi"}, "--prompt or --ids"},
   };
   for (const auto& c : cases) {

@@ -99,6 +99,12 @@ def write_ds(group, name, data, dtype):
 
 
 # ----------------------------------------------------------------------------- forward
+# make_edit_goldens.py steers the diffusion reference: EDIT(layer, x, pos) -> x is applied to each
+# layer's output (blocks.{layer}.hook_resid_post) when set; STEP is the denoising step running.
+EDIT = None
+STEP = 0
+
+
 class Model:
     def __init__(self, model_dir):
         self.cfg, weights = ref.load_model(model_dir)
@@ -153,6 +159,8 @@ def forward_batch(m, ids, pos, allowed):
         h2 = ref.rms_norm(x, W[p + "post_attention_layernorm.weight"], cfg.eps)
         g = h2 @ W[p + "mlp.gate_proj.weight"].T
         x = x + (g * torch.sigmoid(g) * (h2 @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
+        if EDIT is not None:
+            x = EDIT(layer, x, pos)
     xf = ref.rms_norm(x, W["model.norm.weight"], cfg.eps)
     head = E if cfg.tied else W["lm_head.weight"]
     return xf @ head.T
@@ -276,7 +284,9 @@ def diffusion(m, prompts, max_new, steps, alg, top_p=None, top_k=None, eps=EPS):
     timesteps = torch.linspace(1, eps, steps + 1)  # float32
     hist, ks, n_before, sel_pos, sel_conf, sel_margin = [], [], [], [], [], []
     min_logit_gap, min_topp, min_rel = float("inf"), float("inf"), float("inf")
+    global STEP
     for i in range(steps):
+        STEP = i
         mask_index = x == mask_id
         logits = forward_batch(m, x, tok_idx, allowed)
         logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)  # the shift

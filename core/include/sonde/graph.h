@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,8 @@
 #include <vector>
 
 namespace sonde {
+
+struct HostEdit;  // edits.h
 
 enum class OpKind : std::uint8_t {
   Input,      // fed by the caller under params.ref (e.g. "ids", "positions", "mask")
@@ -27,6 +30,12 @@ enum class OpKind : std::uint8_t {
   SiluMul,    // (g, u) -> silu(g) * u
   AttentionPattern,  // Attention's inputs -> the softmax probabilities [B,T,nh,S] (slow path only)
   Concat,     // (a[B,P,...], b[B,T,...]) -> [B,P+T,...] along dim 1 (KV cache: past then new keys)
+  // Edits (edits.h), inserted after a hooked node. x[B,T,*row] is seen as [B,T,G,E] (G groups of
+  // E: the heads of a per-head hook, else G = 1); sel[B,T,G] u8 says which groups change.
+  EditAffine,   // (x, sel [, v[G,E]]) -> sel ? edit_a * x + edit_b * v : x  (edit_a = 0: x dropped)
+  EditReplace,  // (x, sel, v[G,E] or v[B,T,G,E]) -> sel ? v : x
+  EditProject,  // (x, sel, d[G,E] unit) -> sel ? x - ((x . d) - edit_b) d : x  (dot over E)
+  EditHost,     // (x, sel, pos[B,T] i32, step[1] i32) -> a copy of x that params.host rewrote (run by the executor)
   Count
 };
 
@@ -38,6 +47,9 @@ struct OpParams {
   bool causal = false;       // Attention: key u allowed for query t iff u <= t + (S - T)
   std::string ref;           // Input / Weight: the name looked up
   Shape shape;               // Reshape target
+  float edit_a = 1.0f, edit_b = 0.0f;  // Edit*: see the OpKinds
+  std::int64_t edit_groups = 1;        // Edit*: G
+  std::shared_ptr<const HostEdit> host;  // EditHost: the callback (edits.h)
 };
 
 struct Node {

@@ -26,6 +26,10 @@ struct ModelInfo {
   std::int64_t mask_token_id = -1;
   // Names the core and the app read here instead of knowing a family's (design idiom 8).
   std::string embedding_weight;         // the token embedding table: read one row per token
+  // The final norm (RMSNorm weight and eps) and the unembedding [V, H]: the logit lens applies
+  // them to any layer's residual stream.
+  std::string final_norm_weight, head_weight;
+  double final_norm_eps = 0;
   std::vector<std::string> end_tokens;  // diffusion: a completion's text ends before the first of these
   // The KV cache as the graph names it, per layer (BatchShape): the past Inputs and the hooks that
   // hold this call's post-RoPE K and V. Empty for a model without a KV cache.

@@ -171,6 +171,28 @@ inline ConcatBlocks check_concat(const Node& n, Inputs in, const TensorView& out
   return {a[0], a[1] * inner, b[1] * inner};
 }
 
+// Edit*: x[B,T,*row] as [B,T,G,E], sel[B,T,G] u8, operand [G,E] (or [B,T,G,E] to replace).
+struct EditDims { std::int64_t rows, G, E; bool operand, per_row; };
+inline EditDims check_edit(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, n.op == OpKind::EditProject || n.op == OpKind::EditReplace ? 3 : 2, 3);
+  expect_float(n, in[0], "x");
+  expect_dtype(n, in[1], "selection", DType::u8);
+  const Shape& x = in[0].shape;
+  if (x.rank < 3) fail(n, "x {} is not [B,T,*row]", x.str());
+  const std::int64_t rows = x[0] * x[1], G = n.params.edit_groups;
+  const std::int64_t row = rows ? x.numel() / rows : 0;
+  if (G < 1 || row % G != 0) fail(n, "a row of {} does not split into {} groups", row, G);
+  if (in[1].shape != Shape{x[0], x[1], G}) fail(n, "selection {} is not [{}, {}, {}]", in[1].shape.str(), x[0], x[1], G);
+  EditDims d{rows, G, row / G, in.size() == 3, false};
+  if (d.operand) {
+    expect_float(n, in[2], "operand");
+    d.per_row = n.op == OpKind::EditReplace && in[2].shape.rank == 4;
+    if (in[2].numel() != (d.per_row ? rows * row : row)) fail(n, "operand {} does not match x {}", in[2].shape.str(), x.str());
+  }
+  expect_out(n, out, x, DType::f32);
+  return d;
+}
+
 // Key slot u is visible to query t (at key slot qs = t + S - T) iff causal order allows it and
 // both slots are real tokens: Dream's pairwise mask m[q] & m[k], Qwen2's key mask plus u <= qs.
 inline bool allowed(bool causal, const std::uint8_t* mask, std::int64_t qs, std::int64_t u) {
@@ -194,6 +216,10 @@ inline bool supports_with(const Node& n, std::span<const DType> t, bool (*float_
     case OpKind::Add:
     case OpKind::SiluMul: return t.size() == 2 && fl(0) && fl(1) && f32_out;
     case OpKind::Concat: return t.size() == 2 && t[0] == t[1] && n.dtype == t[0];
+    case OpKind::EditAffine:
+    case OpKind::EditReplace:
+    case OpKind::EditProject:
+      return (t.size() == 2 || t.size() == 3) && fl(0) && t[1] == DType::u8 && (t.size() == 2 || fl(2)) && f32_out;
     default: return false;
   }
 }

@@ -11,7 +11,7 @@
 namespace sonde {
 
 // Bump when any interface in core/include/sonde changes layout or virtual functions.
-constexpr int kPluginAbi = 6;
+constexpr int kPluginAbi = 7;  // 7: edit ops in OpKind/OpParams, ModelInfo final norm and head
 
 #define SONDE_STR2(x) #x
 #define SONDE_STR(x) SONDE_STR2(x)

@@ -6,6 +6,7 @@
 // hooks, hands rows to every sink, and for a committed run (a results file) checkpoints the
 // results and the sinks in step and resumes after their last common mark.
 #include <sonde/capture.h>
+#include <sonde/edit_spec.h>
 #include <sonde/process_group.h>
 #include <sonde/request.h>
 #include <sonde/session.h>
@@ -54,6 +55,11 @@ class RunModel {
   // One forward pass over one sequence (RunKind::Forward): logits [1, T, V]; hooks to `tap` as
   // [1, T, *row_shape].
   virtual Tensor forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap) = 0;
+  // Edits inserted into every later forward (edits.h); empty: none. A model that cannot edit
+  // refuses a non-empty list (BadInput).
+  virtual void set_edits(std::vector<Edit> edits);
+  // The sequences of the next generation or forward: prompt lengths and ids, for the edits' rows.
+  virtual void begin_rows(const std::vector<std::int64_t>& /*prompt_len*/, const std::vector<std::string>& /*ids*/) {}
 };
 
 // The capture spec of `settings` for a model: hooks resolved (closest names suggested for
@@ -94,6 +100,7 @@ struct RunOptions {
   bool use_kv_cache = true;          // autoregressive: false recomputes the prefix every step
   bool skip_bad = false;             // a request that fails preparation is skipped, not fatal
   CaptureSettings capture;           // nothing is captured without a sink
+  std::vector<EditSpec> edits;       // interventions (edit_spec.h), recorded in run_config_json
   std::vector<SinkSpec> sinks;       // each receives the hooks it wants()
   // A committed run: results (one JSON line per request) written at checkpoints in step with the
   // sinks, which then stream and can resume. Empty: the sinks are one-shot files.

@@ -14,7 +14,7 @@ namespace sonde {
 // A uniform draw in [0, 1) that is a pure function of (seed, step, slot, stream): a request's
 // draws depend only on its own seed and position in the loop, never on the batch it runs in,
 // on the backend or on the order of calls. splitmix64 finalisers chained over the four words.
-enum class RngStream : std::uint64_t { Token = 1, Reveal = 2, Position = 3 };
+enum class RngStream : std::uint64_t { Token = 1, Reveal = 2, Position = 3, ScoreRatio = 4, ScoreMask = 5 };
 double counter_uniform(std::uint64_t seed, std::uint64_t step, std::uint64_t slot, RngStream stream);
 
 // ---- shared helpers ----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 // A loaded model on a backend: config, weights, model plugin, executor. One forward pass over a
 // batch of token ids returns the logits and hands tapped hooks to a callback.
 #include <sonde/config.h>
+#include <sonde/edits.h>
 #include <sonde/executor.h>
 #include <sonde/model.h>
 #include <sonde/safetensors.h>
@@ -36,6 +37,7 @@ struct ForwardInput {
   std::vector<std::int32_t> ids;        // [B*T]
   std::vector<std::int32_t> positions;  // [B*T]; empty: 0..T-1 per row
   std::vector<std::uint8_t> mask;       // [B*T]; empty: all ones
+  const EditCall* edit = nullptr;       // the session's edits' rows this call; null: all prompt, step 0
 };
 
 // The autoregressive KV cache (model-spec §1.3): post-RoPE K and V of every layer, each
@@ -79,6 +81,17 @@ class Session {
   Tensor forward_cached(const ForwardInput& in, KvCache& cache, const std::set<std::string>& taps,
                         const Executor::Tap& tap, bool need_logits = true);
 
+  // Plans and runs a graph built over this session's weights (GraphBuilder with backend().weight)
+  // on its backend, with reference fallback; for small computations beside the model (the logit
+  // lens). Not cached: planned on every call.
+  std::map<std::string, Tensor> run_graph(const Graph& g, const std::vector<std::string>& outputs,
+                                          const std::map<std::string, TensorView>& feeds);
+
+  // Edits inserted into every graph from now on (edits.h); replaces the previous set and drops
+  // the planned graphs. Empty: none, at no cost.
+  void set_edits(std::vector<Edit> edits);
+  const std::vector<Edit>& edits() const { return edits_; }
+
   // Graphs built and planned so far. Calls alike but for the past length (decode steps, diffusion
   // steps) reuse the graph and plan of the first one: a decode run builds one for its prefill and
   // one for all its steps.
@@ -103,6 +116,7 @@ class Session {
   mutable std::once_flag tokenizer_once_;
   mutable std::unique_ptr<Tokenizer> tokenizer_;
   std::map<std::string, std::pair<std::size_t, bool>> kv_hooks_;  // hook -> (layer, is V)
+  std::vector<Edit> edits_;
 };
 
 }  // namespace sonde

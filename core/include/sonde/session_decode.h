@@ -15,6 +15,9 @@ class SessionDecodeForward : public DecodeForward {
   void reset_cache(std::int64_t batch, std::int64_t capacity) override;
   Tensor forward(const StepInput& in) override;
   void set_taps(const std::vector<std::string>& hooks, HookTap tap) override;
+  // The sequences of the next generation, for the session's edits: each row's prompt length and
+  // id; forwards from now on are steps 0, 1, ...
+  void begin_edit_rows(std::vector<std::int64_t> prompt_len, std::vector<std::string> prompt_id);
 
  private:
   Session& session_;
@@ -22,6 +25,7 @@ class SessionDecodeForward : public DecodeForward {
   KvCache cache_;
   std::set<std::string> taps_;
   HookTap tap_;
+  EditCall edit_call_;
 };
 
 }  // namespace sonde
