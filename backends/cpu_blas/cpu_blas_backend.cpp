@@ -1,7 +1,7 @@
 #include "cpu_blas_backend.h"
 
 #include "kernels.h"
-#include "edit_f32.h"
+#include <sonde/edit_f32.h>
 
 #include <cblas.h>
 

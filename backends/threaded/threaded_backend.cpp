@@ -1,7 +1,7 @@
 #include "threaded_backend.h"
 
 #include "ops.h"
-#include "edit_f32.h"
+#include <sonde/edit_f32.h>
 
 #include <sonde/log.h>
 
