@@ -8,13 +8,13 @@
 See docs/python.md for every call.
 """
 
-from ._sonde import BadInput, Error, RuntimeFailure
+from ._sonde import BadInput, Error, HookError, RuntimeFailure
 from ._model import Cache, Finished, Generation, HookPoint, Model, Step, Token, Tokenizer, ROW_KINDS
 from ._batch import batch
 from ._dump import Dump, open_dump
 
 __all__ = ["Model", "Tokenizer", "Cache", "Generation", "HookPoint", "Token", "Step", "Finished", "ROW_KINDS",
-           "Error", "BadInput", "RuntimeFailure", "bf16_to_f32", "batch", "open_dump", "Dump"]
+           "Error", "BadInput", "RuntimeFailure", "HookError", "bf16_to_f32", "batch", "open_dump", "Dump"]
 
 
 def bf16_to_f32(bits):

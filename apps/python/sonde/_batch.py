@@ -68,7 +68,7 @@ def batch(model, input, output, acts=None, hooks=None, positions="all", capture=
                "checkpoint_every": int(checkpoint_every), "checkpoint_seconds": float(checkpoint_seconds),
                "keep_results": False, "skip_bad": bool(skip_bad_lines), "progress": True, "stop_mid_batch": False}
     bar = _Progress(progress)
-    job = _drive.start(model._engine, [], options)
+    job = model._start([], options)
     try:
         res = _drive.finish(job, lambda e: e[0] == "progress" and bar.update(*e[1:]))
     except KeyboardInterrupt:

@@ -2,6 +2,7 @@
 
 import json
 from collections import namedtuple
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -144,6 +145,8 @@ class Model:
         self.is_diffusion = self._engine.diffusion
         self.path = self._engine.model_dir
         self.tokenizer = Tokenizer(self._engine) if self._engine.has_tokenizer else None
+        self._hooks = []   # (selection, fn, positions, steps) of the `with model.hooks(...)` blocks
+        self._edits = []   # declarative edits (docs/interventions.md) of the `with model.edits(...)` blocks
 
     def __repr__(self):
         return f"Model({self.path!r}, arch={self.arch!r}, backend={self.backend!r})"
@@ -156,8 +159,46 @@ class Model:
         """The chat rendered with the model's template; messages: [{"role", "content"}, ...]."""
         return self._engine.chat([(m["role"], m["content"]) for m in messages], add_generation_prompt)
 
+    @contextmanager
+    def hooks(self, fns, positions="all", steps="all"):
+        """Python functions at hook points for the calls inside the block:
+        `with model.hooks({"blocks.3.hook_resid_post": fn}): ...`.
+
+        fn(x, ctx) runs in the engine at that node of every forward (prefill, each decode step,
+        each denoising step): x is a writable float32 view [batch, tokens, *row_shape] of the
+        value every later node reads; edit it in place or return an array of its shape to
+        replace it. ctx.hook (the name), ctx.positions ([batch, tokens] int32: each slot's
+        position), ctx.selected ([batch, tokens, groups] uint8: the slots `positions` and `steps`
+        select), ctx.step (decode or denoising step). x and ctx's arrays are valid only during
+        the call: copy what you keep. A key may be a selection (glob, range). An exception
+        raised by fn stops the call with sonde.HookError naming the hook (its cause: fn's).
+        """
+        added = [(sel, fn, json.dumps(positions), str(steps)) for sel, fn in dict(fns).items()]
+        self._hooks.extend(added)
+        try:
+            yield self
+        finally:
+            del self._hooks[len(self._hooks) - len(added):]
+
+    @contextmanager
+    def edits(self, edits):
+        """Declarative edits for the calls inside the block (docs/interventions.md), e.g.
+        [{"hook": "blocks.1.hook_resid_post", "op": "add", "vector": "v.npy", "scale": 4}]:
+        no Python runs per forward."""
+        added = list(edits)
+        self._edits.extend(added)
+        try:
+            yield self
+        finally:
+            del self._edits[len(self._edits) - len(added):]
+
+    def _start(self, requests, options):
+        if self._edits:
+            options = dict(options, edits=self._edits)
+        return self._engine.start(json.dumps(requests), json.dumps(options), list(self._hooks))
+
     def _run(self, requests, options, on_event=None):
-        return _drive.finish(_drive.start(self._engine, requests, options), on_event)
+        return _drive.finish(self._start(requests, options), on_event)
 
     def run_with_cache(self, inputs, hooks="blocks.*.hook_resid_post", positions="all", storage="f32"):
         """One forward pass per prompt; returns (logits, cache).
@@ -227,7 +268,7 @@ class Model:
         settings = {k: kwargs.get(k) for k in _SETTINGS}
         reqs, options = self._generate_call(prompts, settings=settings, **args)
         options["stream"] = True
-        job = _drive.start(self._engine, reqs, options)
+        job = self._start(reqs, options)
         gen = _drive.events(job)
         try:
             while True:

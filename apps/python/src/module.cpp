@@ -8,6 +8,8 @@
 
 #include <sonde/chat.h>
 #include <sonde/dataset.h>
+#include <sonde/edit_spec.h>
+#include <sonde/edits.h>
 #include <sonde/error.h>
 #include <sonde/log.h>
 #include <sonde/session.h>
@@ -142,6 +144,63 @@ pb::object event_object(const Event& e) {
   return pb::none();
 }
 
+// A Python hook that raised: its exception, re-raised by Job.result() as the cause of a
+// sonde.HookError naming the hook.
+struct PyHookError {
+  std::string hook;
+  pb::error_already_set error;
+};
+
+pb::object& hook_error_type() {
+  static pb::object t;
+  return t;
+}
+
+// A view of `v` for Python without a copy: valid only while the hook runs (the executor owns it).
+pb::array borrowed(const TensorView& v, pb::dtype dt) {
+  std::vector<pb::ssize_t> shape, strides;
+  for (int k = 0; k < v.shape.rank; ++k) {
+    shape.push_back(v.shape[k]);
+    strides.push_back(v.strides[k] * static_cast<pb::ssize_t>(dt.itemsize()));
+  }
+  pb::capsule none(v.data, [](void*) {});
+  return pb::array(dt, shape, strides, v.data, none);
+}
+
+// fn(x, ctx) at the hook's node: x the writable [B, T, *row] f32 value; a returned array replaces it.
+EditFn host_fn(pb::object fn) {
+  auto held = std::shared_ptr<pb::object>(new pb::object(std::move(fn)), [](pb::object* o) {
+    pb::gil_scoped_acquire gil;
+    delete o;
+  });
+  return [held](const HostEditContext& c) {
+    pb::gil_scoped_acquire gil;
+    try {
+      pb::array x = borrowed(c.value, pb::dtype::of<float>());
+      // Kept for the process (never destroyed after the interpreter is gone).
+      static auto* ns = new pb::object(pb::module_::import("types").attr("SimpleNamespace"));
+      pb::object ctx = (*ns)("hook"_a = c.hook, "positions"_a = borrowed(c.positions, pb::dtype::of<std::int32_t>()),
+                          "selected"_a = borrowed(c.selected, pb::dtype::of<std::uint8_t>()), "step"_a = c.step);
+      pb::object out = (*held)(x, ctx);
+      if (out.is_none() || out.is(x)) return;
+      auto r = pb::array_t<float, pb::array::c_style | pb::array::forcecast>::ensure(out);
+      if (!r) throw pb::type_error("a hook returns None or an array");
+      if (r.size() != x.size()) {
+        std::string want, got;
+        for (pb::ssize_t k = 0; k < x.ndim(); ++k) want += (k ? ", " : "") + std::to_string(x.shape(k));
+        for (pb::ssize_t k = 0; k < r.ndim(); ++k) got += (k ? ", " : "") + std::to_string(r.shape(k));
+        throw pb::value_error("the hook returned shape [" + got + "], not the value's [" + want + "]");
+      }
+      std::copy(r.data(), r.data() + r.size(), static_cast<float*>(c.value.data));
+    } catch (pb::error_already_set& e) {
+      throw PyHookError{c.hook, std::move(e)};
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      throw PyHookError{c.hook, pb::error_already_set()};
+    }
+  };
+}
+
 // A started run: the Job and, when it has ended, its outcome.
 struct PyJob {
   std::shared_ptr<Engine> engine;
@@ -149,11 +208,23 @@ struct PyJob {
   std::unique_ptr<Job> job;
 };
 
+// host_hooks: [(hook selection, fn, positions, steps)], run as host edits (edits.h).
 std::unique_ptr<PyJob> start(std::shared_ptr<Engine> engine, const std::string& requests_json,
-                             const std::string& options_json) {
+                             const std::string& options_json, const pb::list& host_hooks) {
   auto pj = std::make_unique<PyJob>();
   pj->engine = engine;
   auto spec = std::make_shared<CallSpec>(parse_call(requests_json, options_json));
+  for (const auto& item : host_hooks) {
+    auto t = item.cast<pb::tuple>();
+    EditSpec e;
+    e.hook = t[0].cast<std::string>();
+    e.where = "hooks: " + e.hook;
+    e.op = "host";
+    e.fn = host_fn(pb::reinterpret_borrow<pb::object>(t[1]));
+    e.positions = nlohmann::json::parse(t[2].cast<std::string>());
+    e.steps = t[3].cast<std::string>();
+    spec->options.edits.push_back(std::move(e));
+  }
   Outcome* outcome = pj->outcome.get();
   if (spec->memory) {
     outcome->memory = std::make_shared<MemorySink>();
@@ -201,6 +272,10 @@ PYBIND11_MODULE(_sonde, m) {
       PyErr_NewException("sonde.RuntimeFailure", pb::make_tuple(base, pb::handle(PyExc_RuntimeError)).ptr(), nullptr));
   m.attr("BadInput") = bad_input_type;
   m.attr("RuntimeFailure") = runtime_type;
+  // A Python hook raised; its exception is the __cause__.
+  hook_error_type() = pb::reinterpret_steal<pb::object>(
+      PyErr_NewException("sonde.HookError", pb::make_tuple(runtime_type).ptr(), nullptr));
+  m.attr("HookError") = hook_error_type();
   pb::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -251,7 +326,7 @@ PYBIND11_MODULE(_sonde, m) {
              for (const auto& [role, content] : messages) ms.push_back({role, content});
              return apply_chat_template(ms, tokenizer_of(e).chat_template(), add_generation_prompt);
            })
-      .def("start", &start, "requests_json"_a, "options_json"_a);
+      .def("start", &start, "requests_json"_a, "options_json"_a, "host_hooks"_a = pb::list());
 
   pb::class_<PyJob>(m, "Job")
       .def("wait",
@@ -268,9 +343,13 @@ PYBIND11_MODULE(_sonde, m) {
       .def("done", [](PyJob& j) { return j.job->done(); })
       .def("cancel", [](PyJob& j) { j.job->cancel(); })
       .def("result", [](PyJob& j) {
-        {
+        try {
           pb::gil_scoped_release nogil;
           j.job->join();
+        } catch (PyHookError& h) {
+          h.error.restore();
+          pb::raise_from(hook_error_type().ptr(), ("hook '" + h.hook + "' raised " + h.error.what()).c_str());
+          throw pb::error_already_set();
         }
         return outcome_dict(*j.outcome);
       });

@@ -1,5 +1,6 @@
 #include "options.h"
 
+#include <sonde/edit_spec.h>
 #include <sonde/error.h>
 
 namespace sonde::py {
@@ -73,6 +74,7 @@ CallSpec parse_call(const std::string& requests_json, const std::string& options
     c.stream = o.value("stream", false);
     c.progress = o.value("progress", false);
     c.stop_mid_batch = o.value("stop_mid_batch", true);
+    if (o.contains("edits")) r.edits = parse_edits_json(o.at("edits"), "edits");
   } catch (const json::exception& e) {
     bad_input("python call: {}", e.what());
   }
