@@ -55,12 +55,14 @@ Generated generate_batch(RunModel& s, DecodeForward& fwd, const std::vector<cons
     DiffusionOptions d = resolve_diffusion(settings, s.config());
     d.seeds = seeds;
     DiffusionCallback on_step;
-    if (o.record_history)
+    if (o.record_history || o.on_step)
       on_step = [&](const DiffusionStep& st) {
         for (std::size_t r = 0; r < prompts.size(); ++r) {  // the canvas without its left padding
           const auto pad = st.length - d.max_new_tokens - static_cast<std::int64_t>(prompts[r].size());
           const auto row = st.canvas.begin() + static_cast<std::int64_t>(r) * st.length;
-          g.results[r].history.emplace_back(row + pad, row + st.length);
+          std::vector<std::int32_t> canvas(row + pad, row + st.length);
+          if (o.on_step) o.on_step(batch[r]->index, st.step, canvas);
+          if (o.record_history) g.results[r].history.push_back(std::move(canvas));
         }
       };
     auto cap = diffusion_generate_captured(fwd, prompts, d, spec, idx, on_step);

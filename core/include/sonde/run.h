@@ -130,6 +130,9 @@ struct RunOptions {
   std::function<void(const std::string&)> on_note;      // "resuming after ...", "skipped ..."
   // Autoregressive: each token as it is chosen, by request index (streaming to a terminal).
   std::function<void(std::int64_t request, std::int32_t token)> on_token;
+  // Diffusion: each request's canvas (without its left padding) after each denoising step, as
+  // RequestResult::history records it (a Python generator yields them as they come).
+  std::function<void(std::int64_t request, std::int64_t step, const std::vector<std::int32_t>& canvas)> on_step;
 };
 
 struct RequestResult {

@@ -1,0 +1,23 @@
+"""sonde: run Qwen2.5 and Dream checkpoints on sonde's engine and read their activations.
+
+    import sonde
+    model = sonde.Model("models/small")
+    logits, cache = model.run_with_cache("def add(a, b):", hooks="blocks.*.hook_resid_post")
+    out = model.generate(["Hello"], max_new_tokens=8)
+
+See docs/python.md for every call.
+"""
+
+from ._sonde import BadInput, Error, HookError, RuntimeFailure
+from ._model import Cache, Finished, Generation, HookPoint, Model, Step, Token, Tokenizer, ROW_KINDS
+from ._batch import batch
+from ._dump import Dump, open_dump
+
+__all__ = ["Model", "Tokenizer", "Cache", "Generation", "HookPoint", "Token", "Step", "Finished", "ROW_KINDS",
+           "Error", "BadInput", "RuntimeFailure", "HookError", "bf16_to_f32", "batch", "open_dump", "Dump"]
+
+
+def bf16_to_f32(bits):
+    """Widens bf16 bits (a uint16 array, storage="bf16") to float32, exactly."""
+    import numpy as np
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)

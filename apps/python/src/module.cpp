@@ -1,0 +1,356 @@
+// sonde._sonde: the engine for the Python package (sonde/__init__.py). Thin: it opens a
+// Session and calls the run layer (run.h) with requests and options the package builds as JSON;
+// every piece of policy (defaults, checks, capture, decoding) is the run layer's, as for the CLI.
+#include "arrays.h"
+#include "job.h"
+#include "memory_sink.h"
+#include "options.h"
+
+#include <sonde/chat.h>
+#include <sonde/dataset.h>
+#include <sonde/edit_spec.h>
+#include <sonde/edits.h>
+#include <sonde/error.h>
+#include <sonde/log.h>
+#include <sonde/session.h>
+#include <sonde/tokenizer.h>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+
+namespace pb = pybind11;
+using namespace pybind11::literals;
+
+namespace sonde::py {
+namespace {
+
+// Plugins live in lib/sonde beside libsonde_core, in the build tree and in an install alike;
+// the python executable's own directory says nothing about them.
+std::string plugin_dir_beside_core() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&Session::open), &info) || !info.dli_fname) return {};
+  return (std::filesystem::path(info.dli_fname).parent_path() / "sonde").string();
+}
+
+// A Session and the lock that keeps one run at a time on it; shared with running jobs, so that
+// deleting the Python model while a run is under way is safe.
+struct Engine {
+  std::unique_ptr<Session> session;
+  std::mutex mu;
+};
+
+const Tokenizer& tokenizer_of(const Engine& e) {
+  const Tokenizer* t = e.session->tokenizer();
+  if (!t)
+    bad_input("{} has no tokenizer (tokenizer.json, or vocab.json and merges.txt); give token ids instead",
+              e.session->model_dir().string());
+  return *t;
+}
+
+// What a finished run hands back, converted with the GIL held.
+struct Outcome {
+  RunResult result;
+  std::shared_ptr<MemorySink> memory;
+};
+
+pb::array int_array(const std::vector<std::int32_t>& v) {
+  return owned_array(std::vector<std::int32_t>(v), {static_cast<pb::ssize_t>(v.size())});
+}
+
+pb::dict hook_arrays(MemorySink& m) {
+  pb::dict cache;
+  for (auto& [name, h] : m.hooks()) {
+    std::vector<pb::ssize_t> shape{static_cast<pb::ssize_t>(h.rows)};
+    for (auto d : h.row_shape) shape.push_back(d);
+    if (m.storage() == DType::f32)
+      cache[name.c_str()] = owned_array(std::move(h.f32), shape);
+    else
+      cache[name.c_str()] = owned_array(std::move(h.half), shape, pb::dtype(m.storage() == DType::bf16 ? "uint16" : "float16"));
+  }
+  return cache;
+}
+
+pb::dict row_table(const std::vector<RowRecord>& rows) {
+  std::vector<std::int64_t> prompt;
+  std::vector<std::int32_t> pos, token, step;
+  std::vector<std::uint8_t> kind;
+  for (const auto& r : rows) {
+    prompt.push_back(r.prompt_idx);
+    pos.push_back(r.pos);
+    token.push_back(r.token_id);
+    step.push_back(r.step);
+    kind.push_back(static_cast<std::uint8_t>(r.kind));
+  }
+  const std::vector<pb::ssize_t> n{static_cast<pb::ssize_t>(rows.size())};
+  return pb::dict("prompt_idx"_a = owned_array(std::move(prompt), n), "pos"_a = owned_array(std::move(pos), n),
+                  "token_id"_a = owned_array(std::move(token), n), "step"_a = owned_array(std::move(step), n),
+                  "kind"_a = owned_array(std::move(kind), n));
+}
+
+pb::list step_table(const std::vector<StepRecord>& steps) {
+  pb::list out;
+  for (const auto& s : steps)
+    out.append(pb::dict("prompt_idx"_a = s.prompt_idx, "step"_a = s.step, "t"_a = s.t, "n_transfer"_a = s.n_transfer,
+                        "canvas"_a = int_array(s.canvas)));
+  return out;
+}
+
+pb::dict outcome_dict(Outcome& o) {
+  RunResult& r = o.result;
+  pb::list results;
+  for (const auto& q : r.results) {
+    pb::list history;
+    for (const auto& h : q.history) history.append(int_array(h));
+    pb::object text = q.completion_text ? pb::object(pb::str(*q.completion_text)) : pb::none();
+    results.append(pb::dict("index"_a = q.index, "id"_a = q.id, "text"_a = q.text, "prompt_ids"_a = int_array(q.prompt_ids),
+                            "completion"_a = int_array(q.completion), "completion_text"_a = text,
+                            "finish_reason"_a = q.finish_reason, "seed"_a = q.seed, "history"_a = history));
+  }
+  pb::list hooks;
+  for (const auto& h : r.hooks) hooks.append(pb::make_tuple(h.name, pb::tuple(pb::cast(h.row_shape))));
+  pb::object logits = pb::none();
+  if (!r.logits.empty()) {
+    const auto shape = r.logits.shape();
+    logits = owned_array(std::move(r.logits), {shape[0], shape[1]});
+  }
+  pb::dict out("results"_a = results, "hooks"_a = hooks, "logits"_a = logits, "cancelled"_a = r.cancelled,
+               "skipped"_a = r.skipped, "committed_before"_a = r.committed_before,
+               "totals"_a = pb::dict("prompts"_a = r.totals.prompts, "prompt_tokens"_a = r.totals.prompt_tokens,
+                                     "completion_tokens"_a = r.totals.completion_tokens, "rows"_a = r.totals.rows));
+  if (o.memory) {
+    out["cache"] = hook_arrays(*o.memory);
+    out["rows"] = row_table(o.memory->rows());
+    out["steps"] = step_table(o.memory->steps());
+  }
+  return out;
+}
+
+pb::object event_object(const Event& e) {
+  switch (e.kind) {
+    case Event::Kind::Token:
+      return pb::make_tuple("token", e.request, e.token);
+    case Event::Kind::Step:
+      return pb::make_tuple("step", e.request, e.step, int_array(e.canvas));
+    case Event::Kind::Progress:
+      return pb::make_tuple("progress", e.progress.total, e.progress.committed, e.progress.totals.prompts,
+                            e.progress.totals.completion_tokens);
+  }
+  return pb::none();
+}
+
+// A Python hook that raised: its exception, re-raised by Job.result() as the cause of a
+// sonde.HookError naming the hook.
+struct PyHookError {
+  std::string hook;
+  pb::error_already_set error;
+};
+
+pb::object& hook_error_type() {
+  static pb::object t;
+  return t;
+}
+
+// A view of `v` for Python without a copy: valid only while the hook runs (the executor owns it).
+pb::array borrowed(const TensorView& v, pb::dtype dt) {
+  std::vector<pb::ssize_t> shape, strides;
+  for (int k = 0; k < v.shape.rank; ++k) {
+    shape.push_back(v.shape[k]);
+    strides.push_back(v.strides[k] * static_cast<pb::ssize_t>(dt.itemsize()));
+  }
+  pb::capsule none(v.data, [](void*) {});
+  return pb::array(dt, shape, strides, v.data, none);
+}
+
+// fn(x, ctx) at the hook's node: x the writable [B, T, *row] f32 value; a returned array replaces it.
+EditFn host_fn(pb::object fn) {
+  auto held = std::shared_ptr<pb::object>(new pb::object(std::move(fn)), [](pb::object* o) {
+    pb::gil_scoped_acquire gil;
+    delete o;
+  });
+  return [held](const HostEditContext& c) {
+    pb::gil_scoped_acquire gil;
+    try {
+      pb::array x = borrowed(c.value, pb::dtype::of<float>());
+      // Kept for the process (never destroyed after the interpreter is gone).
+      static auto* ns = new pb::object(pb::module_::import("types").attr("SimpleNamespace"));
+      pb::object ctx = (*ns)("hook"_a = c.hook, "positions"_a = borrowed(c.positions, pb::dtype::of<std::int32_t>()),
+                          "selected"_a = borrowed(c.selected, pb::dtype::of<std::uint8_t>()), "step"_a = c.step);
+      pb::object out = (*held)(x, ctx);
+      if (out.is_none() || out.is(x)) return;
+      auto r = pb::array_t<float, pb::array::c_style | pb::array::forcecast>::ensure(out);
+      if (!r) throw pb::type_error("a hook returns None or an array");
+      if (r.size() != x.size()) {
+        std::string want, got;
+        for (pb::ssize_t k = 0; k < x.ndim(); ++k) want += (k ? ", " : "") + std::to_string(x.shape(k));
+        for (pb::ssize_t k = 0; k < r.ndim(); ++k) got += (k ? ", " : "") + std::to_string(r.shape(k));
+        throw pb::value_error("the hook returned shape [" + got + "], not the value's [" + want + "]");
+      }
+      std::copy(r.data(), r.data() + r.size(), static_cast<float*>(c.value.data));
+    } catch (pb::error_already_set& e) {
+      throw PyHookError{c.hook, std::move(e)};
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      throw PyHookError{c.hook, pb::error_already_set()};
+    }
+  };
+}
+
+// A started run: the Job and, when it has ended, its outcome.
+struct PyJob {
+  std::shared_ptr<Engine> engine;
+  std::unique_ptr<Outcome> outcome = std::make_unique<Outcome>();
+  std::unique_ptr<Job> job;
+};
+
+// host_hooks: [(hook selection, fn, positions, steps)], run as host edits (edits.h).
+std::unique_ptr<PyJob> start(std::shared_ptr<Engine> engine, const std::string& requests_json,
+                             const std::string& options_json, const pb::list& host_hooks) {
+  auto pj = std::make_unique<PyJob>();
+  pj->engine = engine;
+  auto spec = std::make_shared<CallSpec>(parse_call(requests_json, options_json));
+  for (const auto& item : host_hooks) {
+    auto t = item.cast<pb::tuple>();
+    EditSpec e;
+    e.hook = t[0].cast<std::string>();
+    e.where = "hooks: " + e.hook;
+    e.op = "host";
+    e.fn = host_fn(pb::reinterpret_borrow<pb::object>(t[1]));
+    e.positions = nlohmann::json::parse(t[2].cast<std::string>());
+    e.steps = t[3].cast<std::string>();
+    spec->options.edits.push_back(std::move(e));
+  }
+  Outcome* outcome = pj->outcome.get();
+  if (spec->memory) {
+    outcome->memory = std::make_shared<MemorySink>();
+    spec->options.sinks.push_back(SinkSpec{"memory", "", false, outcome->memory});
+  }
+  pj->job = std::make_unique<Job>([engine, spec, outcome](Job& job) {
+    RunOptions& o = spec->options;
+    o.cancel = job.cancel_flag();
+    // The callbacks also let Ctrl-C stop a run at its next token or step, not only between
+    // micro-batches (a committed run, sonde.batch, stops between them, at a checkpoint); events
+    // are queued only for the generator form.
+    const bool stream = spec->stream, stop_now = spec->stop_mid_batch;
+    o.on_token = [&job, stream, stop_now](std::int64_t request, std::int32_t token) {
+      if (stop_now && job.cancelled()) throw Cancelled{};
+      if (stream) job.push(Event{Event::Kind::Token, request, 0, token, {}, {}});
+    };
+    o.on_step = [&job, stream, stop_now](std::int64_t request, std::int64_t step, const std::vector<std::int32_t>& canvas) {
+      if (stop_now && job.cancelled()) throw Cancelled{};
+      if (stream) job.push(Event{Event::Kind::Step, request, step, 0, canvas, {}});
+    };
+    if (spec->progress)
+      o.on_progress = [&job](const RunProgress& p) { job.push(Event{Event::Kind::Progress, 0, 0, 0, {}, p}); };
+    std::vector<Request> requests = std::move(spec->requests);
+    if (!spec->dataset.empty()) requests = read_dataset(spec->dataset, spec->skip_bad).requests;
+    std::lock_guard lock(engine->mu);
+    outcome->result = run(*engine->session, requests, o);
+  });
+  return pj;
+}
+
+}  // namespace
+}  // namespace sonde::py
+
+PYBIND11_MODULE(_sonde, m) {
+  using namespace sonde;
+  using namespace sonde::py;
+  m.doc() = "sonde's engine; use the sonde package, not this module";
+  init_logging("warn");
+
+  // The CLI's exit codes 2 and 1: bad input (a ValueError) and a runtime failure (a RuntimeError).
+  static pb::exception<Error> base(m, "Error");
+  static pb::object bad_input_type = pb::reinterpret_steal<pb::object>(
+      PyErr_NewException("sonde.BadInput", pb::make_tuple(base, pb::handle(PyExc_ValueError)).ptr(), nullptr));
+  static pb::object runtime_type = pb::reinterpret_steal<pb::object>(
+      PyErr_NewException("sonde.RuntimeFailure", pb::make_tuple(base, pb::handle(PyExc_RuntimeError)).ptr(), nullptr));
+  m.attr("BadInput") = bad_input_type;
+  m.attr("RuntimeFailure") = runtime_type;
+  // A Python hook raised; its exception is the __cause__.
+  hook_error_type() = pb::reinterpret_steal<pb::object>(
+      PyErr_NewException("sonde.HookError", pb::make_tuple(runtime_type).ptr(), nullptr));
+  m.attr("HookError") = hook_error_type();
+  pb::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyErr_SetString((e.kind() == ErrorKind::BadInput ? bad_input_type : runtime_type).ptr(), e.what());
+    } catch (const Cancelled&) {
+      PyErr_SetNone(PyExc_KeyboardInterrupt);
+    }
+  });
+
+  pb::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
+      .def(pb::init([](const std::string& model, const std::string& backend, int threads, const std::string& weights,
+                       const std::string& plugin_dir) {
+             SessionOptions o;
+             o.model = model;
+             o.backend = backend;
+             o.threads = threads;
+             o.weights = weights;
+             o.plugin_dir = plugin_dir.empty() ? plugin_dir_beside_core() : plugin_dir;
+             auto e = std::make_shared<Engine>();
+             pb::gil_scoped_release nogil;
+             e->session = Session::open(o);
+             return e;
+           }),
+           "model"_a, "backend"_a = "", "threads"_a = 0, "weights"_a = "native", "plugin_dir"_a = "")
+      .def_property_readonly("config_json", [](Engine& e) { return e.session->config().raw_json; })
+      .def_property_readonly("arch", [](Engine& e) { return e.session->info().arch; })
+      .def_property_readonly("diffusion",
+                             [](Engine& e) { return e.session->info().decoding == DecodingKind::MaskedDiffusion; })
+      .def_property_readonly("backend", [](Engine& e) { return e.session->backend_name(); })
+      .def_property_readonly("model_dir", [](Engine& e) { return e.session->model_dir().string(); })
+      .def_property_readonly("has_tokenizer", [](Engine& e) { return e.session->tokenizer() != nullptr; })
+      .def("hook_points",
+           [](Engine& e) {
+             pb::list out;
+             for (const auto& h : e.session->hook_points()) out.append(pb::make_tuple(h.name, pb::tuple(pb::cast(h.row_shape))));
+             return out;
+           })
+      .def("encode", [](Engine& e, const std::string& text) { return tokenizer_of(e).encode(text); })
+      .def("decode",
+           [](Engine& e, const std::vector<std::int32_t>& ids, bool skip_special) {
+             return pb::bytes(tokenizer_of(e).decode(ids, skip_special));
+           },
+           "ids"_a, "skip_special"_a = false)
+      .def("chat",
+           [](Engine& e, const std::vector<std::pair<std::string, std::string>>& messages, bool add_generation_prompt) {
+             std::vector<ChatMessage> ms;
+             for (const auto& [role, content] : messages) ms.push_back({role, content});
+             return apply_chat_template(ms, tokenizer_of(e).chat_template(), add_generation_prompt);
+           })
+      .def("start", &start, "requests_json"_a, "options_json"_a, "host_hooks"_a = pb::list());
+
+  pb::class_<PyJob>(m, "Job")
+      .def("wait",
+           [](PyJob& j, double seconds) {
+             std::vector<Event> events;
+             {
+               pb::gil_scoped_release nogil;
+               events = j.job->wait(seconds);
+             }
+             pb::list out;
+             for (const auto& e : events) out.append(event_object(e));
+             return out;
+           })
+      .def("done", [](PyJob& j) { return j.job->done(); })
+      .def("cancel", [](PyJob& j) { j.job->cancel(); })
+      .def("result", [](PyJob& j) {
+        try {
+          pb::gil_scoped_release nogil;
+          j.job->join();
+        } catch (PyHookError& h) {
+          h.error.restore();
+          pb::raise_from(hook_error_type().ptr(), ("hook '" + h.hook + "' raised " + h.error.what()).c_str());
+          throw pb::error_already_set();
+        }
+        return outcome_dict(*j.outcome);
+      });
+}

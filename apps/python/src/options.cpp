@@ -1,0 +1,84 @@
+#include "options.h"
+
+#include <sonde/edit_spec.h>
+#include <sonde/error.h>
+
+namespace sonde::py {
+namespace {
+using nlohmann::json;
+
+Request parse_request(const json& j, std::size_t index) {
+  Request r;
+  r.where = "prompt " + std::to_string(index);
+  json settings = json::object();
+  for (const auto& [key, value] : j.items()) {
+    if (key == "id") {
+      r.id = value.get<std::string>();
+    } else if (key == "text") {
+      r.text = value.get<std::string>();
+    } else if (key == "ids") {
+      r.ids = value.get<std::vector<std::int32_t>>();
+      if (r.ids.empty()) bad_input("{}: ids is empty", r.where);
+    } else if (key == "messages") {
+      for (const auto& m : value) r.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+    } else {
+      settings[key] = value;
+    }
+  }
+  r.settings = GenerationSettings::from_json(settings);
+  return r;
+}
+
+CaptureSettings parse_capture(const json& j) {
+  CaptureSettings c;
+  c.hooks = j.value("hooks", "");
+  c.positions = j.value("positions", "all");
+  c.diffusion_capture = j.value("diffusion_capture", "commit");
+  c.storage = j.value("storage", "f32");
+  c.compress = j.value("compress", false);
+  c.check();
+  return c;
+}
+
+}  // namespace
+
+CallSpec parse_call(const std::string& requests_json, const std::string& options_json) {
+  CallSpec c;
+  try {
+    const json reqs = json::parse(requests_json);
+    for (std::size_t i = 0; i < reqs.size(); ++i) c.requests.push_back(parse_request(reqs[i], i));
+    const json o = json::parse(options_json);
+    RunOptions& r = c.options;
+    r.kind = o.value("kind", "generate") == "forward" ? RunKind::Forward : RunKind::Generate;
+    r.command = o.value("command", "python");
+    r.defaults = GenerationSettings::from_json(o.value("defaults", json::object()));
+    r.defaults.check();
+    r.seed = o.value("seed", std::uint64_t{0});
+    r.batch_size = o.value("batch_size", std::int64_t{0});
+    r.use_kv_cache = o.value("use_kv_cache", true);
+    r.capture = parse_capture(o.value("capture", json::object()));
+    for (const auto& s : o.value("sinks", json::array()))
+      r.sinks.push_back(SinkSpec{s.value("name", "hdf5"), s.at("path").get<std::string>(), s.value("overwrite", false), nullptr});
+    r.results_path = o.value("results_path", "");
+    r.resume = o.value("resume", false);
+    r.durable = o.value("durable", false);
+    r.record_history = o.value("record_history", false);
+    r.keep_results = o.value("keep_results", true);
+    r.checkpoint_every = o.value("checkpoint_every", std::int64_t{64});
+    r.checkpoint_seconds = o.value("checkpoint_seconds", 60.0);
+    c.skip_bad = o.value("skip_bad", false);
+    r.skip_bad = c.skip_bad;
+    c.dataset = o.value("dataset", "");
+    r.dataset_path = c.dataset;
+    c.memory = o.value("memory", false);
+    c.stream = o.value("stream", false);
+    c.progress = o.value("progress", false);
+    c.stop_mid_batch = o.value("stop_mid_batch", true);
+    if (o.contains("edits")) r.edits = parse_edits_json(o.at("edits"), "edits");
+  } catch (const json::exception& e) {
+    bad_input("python call: {}", e.what());
+  }
+  return c;
+}
+
+}  // namespace sonde::py
