@@ -3,6 +3,8 @@
 #include <sonde/error.h>
 #include <sonde/registry.h>
 
+#include <boost/dll/runtime_symbol_info.hpp>
+
 #include "collectives.h"
 
 #include <cstdint>
@@ -31,6 +33,16 @@ void make_mpi_global() {
     if (::dlopen(lib, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD)) return;
 }
 
+// The local backend from the process's registry; a program that keeps its own registry (the op
+// tests) has not scanned that one, so it is scanned then at this plugin's own root
+// (lib/sonde/backend/sharded.so -> lib/sonde).
+std::shared_ptr<Backend> local_backend(const std::string& name) {
+  auto& registry = PluginRegistry::instance();
+  if (registry.plugins().empty())
+    registry.scan({std::filesystem::path(boost::dll::this_line_location()).parent_path().parent_path()});
+  return registry.backend(name);
+}
+
 }  // namespace
 
 void ShardedBackend::init(const BackendOptions& options) {
@@ -57,7 +69,7 @@ void ShardedBackend::init(const BackendOptions& options) {
   if (tensor_parallel_ < 1 || world % tensor_parallel_ != 0)
     bad_input("--tensor-parallel: {} ranks per model copy do not divide the job's {} ranks", tensor_parallel_, world);
   if (options.shard_backend == "sharded") bad_input("--shard-backend: sharded cannot wrap itself");
-  local_ = PluginRegistry::instance().backend(options.shard_backend);
+  local_ = local_backend(options.shard_backend);
   BackendOptions local = options;
   local.tensor_parallel = 1;
   local_->init(local);
@@ -66,6 +78,7 @@ void ShardedBackend::init(const BackendOptions& options) {
 }
 
 bool ShardedBackend::supports(const Node& node, std::span<const DType> input_dtypes) const {
+  if (!local_) return false;  // asked before init(): nothing is runnable yet
   if (node.op == OpKind::AllReduceSum || node.op == OpKind::AllGather)
     return input_dtypes.size() == 1 && input_dtypes[0] == DType::f32;
   if ((node.op == OpKind::Attention || node.op == OpKind::AttentionPattern) && node.params.kv_group > 0) {
