@@ -31,7 +31,8 @@ LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_
 // Times the GEMM path on a synthetic in-cache problem with this pool (for HostRates).
 double measure_gemm_flops(const Ctx& c);
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8);
-// Linears that read one x: those with weights read natively that take the GEMV path split the rows of all their weights into one set of tasks (one parallel region), and so do
+// Linears that read one x: those with weights read natively that take the GEMV path split the
+// rows of all their weights into one set of tasks (one parallel region), and so do
 // those with q8 weights (q8[i], else null) and one x row, which also quantise x once. The
 // results are those of linear() on each; the rest run one by one.
 void linear_siblings(const Ctx& c, std::span<const Node* const> nodes, std::span<const ops::Inputs> in,

@@ -3,6 +3,9 @@
 //   m' = max(m, max_u s_u), l' = l e^(m - m') + sum_u e^(s_u - m'), acc' = acc e^(m - m') + sum_u e^(s_u - m') v_u
 // and the row's output is acc / l (0 when no key is allowed). s_u = (q . k_u) d^-0.5 for keys
 // allowed by ops::allowed (query t sits at key slot t + S - T). GQA: head h reads kv head h / (nh / nkv).
+// Keys go in runs of kKeysPerTask from the batch row's first allowed key, each with its own
+// softmax state, merged afterwards in key order, for every T: a row's arithmetic is the same
+// alone, left-padded in a batch, in a prefill or in a one-query step (batch invariance).
 #include "ops.h"
 
 #include <algorithm>
