@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 namespace pb = pybind11;
 using namespace pybind11::literals;
@@ -201,11 +202,27 @@ EditFn host_fn(pb::object fn) {
   };
 }
 
+// The worker thread's Python thread state, kept for the whole run when it calls Python hooks:
+// without it each call's GIL acquisition would create and destroy one (tens of microseconds).
+struct PythonThread {
+  PyGILState_STATE gil;
+  PyThreadState* state;
+  PythonThread() : gil(PyGILState_Ensure()), state(PyEval_SaveThread()) {}
+  ~PythonThread() {
+    PyEval_RestoreThread(state);
+    PyGILState_Release(gil);
+  }
+};
+
 // A started run: the Job and, when it has ended, its outcome.
 struct PyJob {
   std::shared_ptr<Engine> engine;
   std::unique_ptr<Outcome> outcome = std::make_unique<Outcome>();
   std::unique_ptr<Job> job;
+  ~PyJob() {  // joining the worker, which may need the GIL to finish
+    pb::gil_scoped_release nogil;
+    job.reset();
+  }
 };
 
 // host_hooks: [(hook selection, fn, positions, steps)], run as host edits (edits.h).
@@ -230,7 +247,10 @@ std::unique_ptr<PyJob> start(std::shared_ptr<Engine> engine, const std::string& 
     outcome->memory = std::make_shared<MemorySink>();
     spec->options.sinks.push_back(SinkSpec{"memory", "", false, outcome->memory});
   }
-  pj->job = std::make_unique<Job>([engine, spec, outcome](Job& job) {
+  const bool python_hooks = !spec->options.edits.empty() && pb::len(host_hooks) > 0;
+  pj->job = std::make_unique<Job>([engine, spec, outcome, python_hooks](Job& job) {
+    std::optional<PythonThread> python;
+    if (python_hooks) python.emplace();
     RunOptions& o = spec->options;
     o.cancel = job.cancel_flag();
     // The callbacks also let Ctrl-C stop a run at its next token or step, not only between
