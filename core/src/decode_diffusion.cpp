@@ -1,6 +1,7 @@
 // Dream's diffusion_generate (model-spec §3.2): a canvas of prompt + max_new_tokens mask ids,
 // one full forward per step (no cache), logits shifted by one slot, then either random reveals
-// (origin) or the k most confident masked slots. Nothing stops at EOS.
+// (origin) or the k most confident masked slots. Nothing stops at EOS. Block mode and the
+// unscheduled algorithms run the block-wise loop of decode_diffusion_block.cpp instead.
 #include <sonde/decode.h>
 #include <sonde/error.h>
 

@@ -141,8 +141,8 @@ std::int64_t diffusion_unmask_count(float n, float t, float s, bool last_step);
 
 // The state after a step, for hooks (diffusion.hook_tokens / hook_confidence / hook_transfer).
 struct DiffusionStep {
-  std::int64_t step = 0, k = 0;
-  float t = 0, s = 0;
+  std::int64_t step = 0, k = 0;  // k: the step's count (block-wise loop: the most any row committed)
+  float t = 0, s = 0;             // Dream's timesteps; NaN in the block-wise loop, which has none
   std::int64_t batch = 0, length = 0;
   const std::vector<std::int32_t>& canvas;        // [B, N] after the step
   const std::vector<double>& confidence;          // [B, N]: this step's confidence, NaN if unmasked before
