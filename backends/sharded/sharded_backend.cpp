@@ -66,6 +66,7 @@ void ShardedBackend::init(const BackendOptions& options) {
 }
 
 bool ShardedBackend::supports(const Node& node, std::span<const DType> input_dtypes) const {
+  if (!local_) return false;  // not initialised: it runs nothing yet
   if (node.op == OpKind::AllReduceSum || node.op == OpKind::AllGather)
     return input_dtypes.size() == 1 && input_dtypes[0] == DType::f32;
   if ((node.op == OpKind::Attention || node.op == OpKind::AttentionPattern) && node.params.kv_group > 0) {
