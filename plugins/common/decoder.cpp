@@ -38,7 +38,8 @@ Ref attention_block(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b,
   const std::int64_t B = bs.batch, T = bs.tokens, d = s.head_dim;
   const ShardPlan& sh = s.shard;
   Tp tp{s, b};
-  const std::int64_t nq = sh.q.size(), nkv = sh.kv.size();
+  // Without parallelism the plan may be unset (a model built without load()): the whole model.
+  const std::int64_t nq = tp.on() ? sh.q.size() : s.heads, nkv = tp.on() ? sh.kv.size() : s.kv_heads;
   const Range own{sh.kv_own.begin - sh.kv.begin, sh.kv_own.end - sh.kv.begin};  // in the local kv heads
   auto project = [&](const char* proj, std::int64_t heads) {
     Ref y = b.linear(h, b.weight(w + "self_attn." + proj + ".weight"), b.weight(w + "self_attn." + proj + ".bias"));
