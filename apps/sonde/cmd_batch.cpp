@@ -75,7 +75,7 @@ int run_batch(BatchOptions o) {
   if (o.common.tensor_parallel == 0) o.common.tensor_parallel = 1;  // model copies split the prompts
   auto session = open_session(o.common);
   ProcessGroup* job = current_job();
-  const bool parallel = job && job->size() / o.common.tensor_parallel > 1;
+  const bool parallel = job && job->size() > 1;  // the parts layout: --acts is a directory
   const bool shows = !job || job->rank() == 0;  // one progress display for the whole job
   Dataset data;
   try {

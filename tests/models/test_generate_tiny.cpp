@@ -26,7 +26,7 @@ TEST(GenerateBadRequests, ExitTwoWithAClearMessage) {
       {"dream", {"--ids", "5,6", "--steps", "0"}, "--steps"},
       {"dream", {"--ids", "5,6", "--alg", "greedy"}, "greedy"},
       {"qwen2", {"--ids", "5,6", "--max-new-tokens", "100000000"}, "max_position_embeddings"},
-      {"qwen2", {"--ids", "5,6", "--hooks", "hook_embed"}, "--hooks and --out go together"},
+      {"qwen2", {"--ids", "5,6", "--hooks", "hook_embed"}, "--hooks needs --out or --stats"},
       {"qwen2", {"--ids", "5,6", "--prompt", "hi"}, "--prompt or --ids"},
   };
   for (const auto& c : cases) {

@@ -2,6 +2,7 @@
 # Data-parallel `sonde batch` under mpiexec (docs/scale-out.md), as a user runs it. One case per
 # ctest entry:  dp_batch_test.sh SONDE CHECK_JOIN CASE [MPIEXEC ARGS...]
 #   equal ARCH N   mpiexec -n N gives results and per-prompt activations equal to one process
+#   tp             mpiexec -n 2 --tensor-parallel 2 (one copy split over two ranks): equal too
 #   kill           SIGKILL of one rank ends the job; --resume completes it, equal to one process
 #   errors         bad input across ranks: one line, non-zero exit of the whole job, no hang
 set -euo pipefail
@@ -33,6 +34,17 @@ equal)
   [ "$(ls acts | tr '\n' ' ')" = "$(for r in $(seq 0 $((n - 1))); do printf 'rank-%d.h5 ' "$r"; done)run.h5 " ] || fail "acts/ holds $(ls acts)"
   /usr/bin/python3 "$check" one.h5 acts/run.h5 || fail "run.h5 differs from one process's file"
   [ "$(grep -c 'done:' dp.log)" = 1 ] || { cat dp.log; fail "expected one summary (rank 0's)"; }
+  ;;
+tp)
+  "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
+  dataset 30
+  gen=(--max-new-tokens 6 --temperature 0 --batch-size 3 --threads 1 --hooks 'blocks.*.hook_resid_post')
+  "$sonde" batch --model m --input in.jsonl --output one.jsonl "${gen[@]}" --acts one.h5 2>/dev/null
+  timeout 120 mpiexec -n 2 --bind-to none "$@" "$sonde" batch --backend sharded --tensor-parallel 2 --model m \
+    --input in.jsonl --output tp.jsonl "${gen[@]}" --acts acts > tp.log 2>&1 || { cat tp.log; fail "tp batch exited $?"; }
+  cmp one.jsonl tp.jsonl || fail "results differ from one process"
+  [ "$(ls acts | tr '\n' ' ')" = "rank-0.h5 run.h5 " ] || fail "acts/ holds $(ls acts)"
+  /usr/bin/python3 "$check" one.h5 acts/run.h5 1e-5 || fail "run.h5 differs from one process's file"
   ;;
 kill)
   "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
