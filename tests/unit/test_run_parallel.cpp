@@ -193,9 +193,10 @@ TEST(RunDataParallel, OneRankWithOtherOptionsStopsEveryRankBeforeAnythingIsWritt
 }
 
 TEST(RunDataParallel, TensorParallelMustDivideTheJob) {
+  const fs::path dir = temp_dir();  // once, on the test's thread
   const auto errors = run_ranks(3, [&](ProcessGroup& g) {
     FakeModel m;
-    RunOptions o = options(temp_dir() / "x.jsonl");
+    RunOptions o = options(dir / "x.jsonl");
     o.job = &g;
     o.tensor_parallel = 2;
     run(m, requests(), o);
