@@ -23,14 +23,15 @@ class ContentFake : public DecodeForward {
     ++calls;
     Tensor t(DType::f32, Shape{in.batch, in.tokens, V_});
     for (std::int64_t r = 0; r < in.batch; ++r) {
-      std::int64_t content = 0;
+      // Unsigned: the hash wraps on long rows, and signed overflow is undefined (UBSan).
+      std::uint64_t content = 0;
       for (std::int64_t j = 0; j < in.tokens; ++j) {
         const auto at = static_cast<std::size_t>(r * in.tokens + j);
         const bool real = in.key_mask.empty() || in.key_mask[at];
-        if (real && in.ids[at] != mask_) content = content * 31 + in.ids[at] + 1;
+        if (real && in.ids[at] != mask_) content = content * 31 + static_cast<std::uint64_t>(in.ids[at]) + 1;
       }
       for (std::int64_t j = 0; j < in.tokens; ++j)
-        fill_(in.positions[static_cast<std::size_t>(r * in.tokens + j)], content, t.data<float>() + (r * in.tokens + j) * V_);
+        fill_(in.positions[static_cast<std::size_t>(r * in.tokens + j)], static_cast<std::int64_t>(content), t.data<float>() + (r * in.tokens + j) * V_);
     }
     return t;
   }
