@@ -10,13 +10,11 @@
 #include <vector>
 
 #include "fuzz_hooks.h"
+#include "fuzz_support.h"
 
 namespace {
 
-[[noreturn]] void broken(const char* what) {
-  std::fprintf(stderr, "config invariant broken: %s\n", what);
-  std::abort();
-}
+[[noreturn]] void broken(const char* what) { sonde::fuzz::broken("config", what); }
 
 template <typename F>
 void expect_ok_or_bad_input(F&& f) {

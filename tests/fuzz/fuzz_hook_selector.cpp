@@ -11,13 +11,11 @@
 #include <vector>
 
 #include "fuzz_hooks.h"
+#include "fuzz_support.h"
 
 namespace {
 
-[[noreturn]] void broken(const char* what) {
-  std::fprintf(stderr, "hook selector invariant broken: %s\n", what);
-  std::abort();
-}
+[[noreturn]] void broken(const char* what) { sonde::fuzz::broken("hook selector", what); }
 
 const std::vector<sonde::HookPoint>& points() {
   static const std::vector<sonde::HookPoint> p = [] {

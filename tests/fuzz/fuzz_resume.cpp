@@ -16,25 +16,16 @@
 #include <vector>
 
 #include "fuzz_hooks.h"
+#include "fuzz_support.h"
 
 namespace {
 
-[[noreturn]] void broken(const char* what) {
-  std::fprintf(stderr, "resume invariant broken: %s\n", what);
-  std::abort();
-}
+[[noreturn]] void broken(const char* what) { sonde::fuzz::broken("resume", what); }
 
 const std::filesystem::path& scratch() {
-  static const auto p = std::filesystem::temp_directory_path() / ("sonde-fuzz-resume-" + std::to_string(::getpid()) + ".jsonl");
-  return p;
+  static const sonde::fuzz::ScratchFile file("resume", ".jsonl");  // removed at exit
+  return file.path();
 }
-
-struct RemoveAtExit {
-  ~RemoveAtExit() {
-    std::error_code ec;
-    std::filesystem::remove(scratch(), ec);
-  }
-} remove_at_exit;
 
 std::string slurp() {
   std::ifstream in(scratch(), std::ios::binary);
