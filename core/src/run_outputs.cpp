@@ -117,32 +117,40 @@ void Outputs::open(const RunOptions& o, const CaptureSpec& spec, const RunMetada
   if (committed) locks_.push_back(std::make_unique<OutputLock>(o.results_path));
   for (const auto& want : o.sinks)
     if (!want.path.empty()) locks_.push_back(std::make_unique<OutputLock>(want.path));
-  bool first = true;
-  for (const auto& want : o.sinks) {
+  // Sinks that cannot rewind are opened first and set the mark the run continues from; those that
+  // can are trimmed to it (checkpoint() writes them first, so a kill between two sinks' checkpoints
+  // leaves only sinks that can rewind ahead).
+  std::vector<std::pair<const SinkSpec*, std::shared_ptr<Sink>>> order;
+  for (const auto& want : o.sinks) order.emplace_back(&want, want.sink ? want.sink : PluginRegistry::instance().sink(want.name));
+  std::stable_partition(order.begin(), order.end(), [](const auto& p) { return !p.second->rewinds(); });
+  const SinkSpec* first = nullptr;
+  for (auto& [want, sink] : order) {
     SinkOptions so;
-    so.path = want.path;
+    so.path = want->path;
     so.storage = o.capture.storage_dtype();
     so.compress = o.capture.compress;
-    so.overwrite = want.overwrite;
+    so.overwrite = want->overwrite;
     so.streaming = committed;
-    so.resume = committed && o.resume && fs::exists(want.path);
+    so.resume = committed && o.resume && fs::exists(want->path);
     so.durable = o.durable;
     so.resume_complete = o.resume_complete;
     so.diffusion = diffusion;
-    if (!committed && !want.path.empty()) {
-      if (fs::exists(want.path) && !want.overwrite)
-        bad_input("{} already exists; refusing to overwrite it (ask for overwrite to replace it)", want.path);
-      so.path = want.path + ".partial";
+    if (first && so.resume && sink->rewinds()) so.resume_at = mark_;
+    if (!committed && !want->path.empty()) {
+      if (fs::exists(want->path) && !want->overwrite)
+        bad_input("{} already exists; refusing to overwrite it (ask for overwrite to replace it)", want->path);
+      so.path = want->path + ".partial";
       so.overwrite = true;  // a partial file is what a failed or killed run left
-      partials_.push_back({so.path, want.path});
+      partials_.push_back({so.path, want->path});
     }
-    auto sink = want.sink ? want.sink : PluginRegistry::instance().sink(want.name);
     const CommitMark m = sink->open(so, meta, spec.hooks);
-    if (!first && (m.prompts != mark_.prompts || m.results_bytes != mark_.results_bytes))
-      runtime_error("resume: {} committed {} prompts but {} committed {}", want.path, m.prompts, o.sinks.front().path,
+    if (first && (m.prompts != mark_.prompts || m.results_bytes != mark_.results_bytes))
+      runtime_error("resume: {} committed {} prompts but {} committed {}", want->path, m.prompts, first->path,
                     mark_.prompts);
-    if (first) mark_ = m;
-    first = false;
+    if (!first) {
+      mark_ = m;
+      first = want;
+    }
     std::vector<HookPoint> wanted;
     for (const auto& h : spec.hooks)
       if (sink->wants(h.name)) wanted.push_back(h);
@@ -156,8 +164,7 @@ void Outputs::open(const RunOptions& o, const CaptureSpec& spec, const RunMetada
     mark_ = CommitMark{m.lines, 0, m.bytes};
   }
   if (o.resume && !keep && mark_.prompts > 0)
-    runtime_error("resume: {} is missing but {} committed {} prompts", o.results_path, o.sinks.front().path,
-                  mark_.prompts);
+    runtime_error("resume: {} is missing but {} committed {} prompts", o.results_path, first->path, mark_.prompts);
   results_ = std::make_unique<ResultsFile>(o.results_path, keep, keep ? mark_.results_bytes : 0, o.durable);
 }
 
@@ -179,7 +186,10 @@ void Outputs::checkpoint(std::int64_t prompts, std::int64_t rows) {
   mark_.prompts = prompts;
   mark_.rows = rows;
   if (results_) mark_.results_bytes = results_->commit();
-  for (auto& s : sinks_) s->checkpoint(mark_);
+  for (auto& s : sinks_)  // those that can rewind first (open())
+    if (s->rewinds()) s->checkpoint(mark_);
+  for (auto& s : sinks_)
+    if (!s->rewinds()) s->checkpoint(mark_);
 }
 
 void Outputs::close() {

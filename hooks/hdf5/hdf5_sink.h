@@ -45,6 +45,7 @@ class Hdf5Sink final : public Sink, public ArrayReader {
   void close() override;
   void join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata& meta) override;  // join.cpp
   bool joins() const override { return true; }
+  bool rewinds() const override { return true; }
 
   Tensor read(const std::string& file, const std::string& dataset) const override;
   bool has(const std::string& file, const std::string& dataset) const override;
@@ -66,6 +67,7 @@ class Hdf5Sink final : public Sink, public ArrayReader {
   void build_layout(const RunMetadata& meta, const std::vector<HookPoint>& hooks);
   void create_streaming(const RunMetadata& meta, const std::vector<HookPoint>& hooks);
   h5::ProgressValues prepare_resume(const RunMetadata& meta, const std::vector<HookPoint>& hooks);
+  h5::ProgressValues rewound(const h5::ProgressValues& v, const CommitMark& at) const;
   void check_resumable(const RunMetadata& meta);
   void open_objects(const std::vector<HookPoint>& hooks);
   void check_act(const Act& act) const;

@@ -135,18 +135,29 @@ h5::ProgressValues Hdf5Sink::prepare_resume(const RunMetadata& meta, const std::
   }
   check_resumable(meta);
   open_objects(hooks);
-  const h5::ProgressValues v = progress_.read();
+  h5::ProgressValues v = progress_.read();
   if (v.prompts < 0 || v.rows < 0 || v.steps < 0)
     runtime_error("cannot resume {}: /progress/mark holds negative counts ({} prompts, {} rows, {} steps)", path_,
                   v.prompts, v.rows, v.steps);
+  if (options_.resume_at) v = rewound(v, *options_.resume_at);
   // Shrinking an extent is not allowed under SWMR, so the trim happens before SWMR writing starts.
   for (auto& [name, act] : acts_) act.data.truncate(static_cast<hsize_t>(v.rows));
   rows_.truncate(v.rows);
   prompts_.truncate(v.prompts);
   if (steps_) steps_.truncate(v.steps);
+  progress_.write(v);  // a kill before the first checkpoint must not find the old, later mark
   close_objects();
   file_.close();
   return v;
+}
+
+// The committed counts at `at`, a mark at or before the file's own `v`.
+h5::ProgressValues Hdf5Sink::rewound(const h5::ProgressValues& v, const CommitMark& at) const {
+  if (at.prompts > v.prompts || at.rows > v.rows || at.results_bytes > v.results_bytes)
+    runtime_error("cannot resume {}: the run continues after {} prompts ({} rows) but the file committed only {} ({} rows)",
+                  path_, at.prompts, at.rows, v.prompts, v.rows);
+  const std::int64_t steps = steps_ ? steps_.count_before(at.prompts, v.steps) : 0;
+  return {at.prompts, at.rows, steps, at.results_bytes};
 }
 
 void Hdf5Sink::check_resumable(const RunMetadata& meta) {

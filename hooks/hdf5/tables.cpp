@@ -199,6 +199,20 @@ void StepsTable::append(const std::vector<StepRecord>& steps) {
   for (const auto& s : steps) canvas_.append(s.canvas.data(), s.canvas.size(), H5T_NATIVE_INT32);
 }
 
+std::int64_t StepsTable::count_before(std::int64_t prompt, std::int64_t n) const {
+  std::int64_t lo = 0, hi = n;  // binary search: rows [0, lo) are before `prompt`, [hi, n) are not
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    std::int64_t idx = 0;
+    prompt_idx_.read_at(static_cast<hsize_t>(mid), &idx, H5T_NATIVE_INT64);
+    if (idx < prompt)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 void StepsTable::truncate(std::int64_t n) {
   for (auto* c : columns()) c->truncate(static_cast<hsize_t>(n));
   canvas_.truncate(n);

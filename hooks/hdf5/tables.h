@@ -81,6 +81,9 @@ class StepsTable {
   void open(const Handle& file);
   void append(const std::vector<StepRecord>& steps);
   std::int64_t size() const { return static_cast<std::int64_t>(prompt_idx_.rows()); }
+  // How many of the first `n` steps belong to prompts before `prompt`. Steps are written a
+  // micro-batch at a time and prompts are committed whole, so those steps come first.
+  std::int64_t count_before(std::int64_t prompt, std::int64_t n) const;
   void truncate(std::int64_t n);
   void flush();
   void close();

@@ -1,7 +1,8 @@
 // The stats sink (--stats): per-feature count, mean, variance, min, max, abs-max and the row L2
 // norms' mean and quantiles equal a two-pass double computation over the rows the same run
 // captured (1e-6 relative), whatever the micro-batch size; after a SIGKILL and --resume the file
-// holds the bits of an uninterrupted run; two files of two halves merge (Chan) to the whole.
+// holds the bits of an uninterrupted run, also when the kill fell between the activation file's
+// checkpoint and the statistics file's; two files of two halves merge (Chan) to the whole.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -23,8 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 const char* kHooks = "blocks.1.hook_resid_post,blocks.0.attn.hook_z";
 
-fs::path tiny_model(const fs::path& dir) {
-  const auto r = run_sonde({"make-model", "--arch", "qwen2", "--preset", "tiny", "--seed", "3", "--out", (dir / "m").string()});
+fs::path tiny_model(const fs::path& dir, const std::string& arch = "qwen2") {
+  const auto r = run_sonde({"make-model", "--arch", arch, "--preset", "tiny", "--seed", "3", "--out", (dir / "m").string()});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return dir / "m";
 }
@@ -114,6 +115,21 @@ std::int64_t lines_in(const fs::path& f) {
   return static_cast<std::int64_t>(std::count(t.begin(), t.end(), '\n'));
 }
 
+// Runs `args` and SIGKILLs it once `results` has `lines` lines; false (and why) if it ended first.
+::testing::AssertionResult kill_at_lines(const std::vector<std::string>& args, const fs::path& results, std::int64_t lines,
+                                         const fs::path& log) {
+  const Child c = spawn_sonde(args, log);
+  for (;;) {
+    if (poll_child(c)) return ::testing::AssertionFailure() << "the run finished before the kill; " << read_text(log);
+    if (fs::exists(results) && lines_in(results) >= lines) {
+      send_signal(c, SIGKILL);
+      if (wait_child(c) == 128 + SIGKILL) return ::testing::AssertionSuccess();
+      return ::testing::AssertionFailure() << "the run ended otherwise; " << read_text(log);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
+
 TEST(StatsSink, ASigkillThenResumeGivesTheBitsOfAnUninterruptedRun) {
   const auto dir = temp_dir();
   const auto model = tiny_model(dir);
@@ -124,18 +140,7 @@ TEST(StatsSink, ASigkillThenResumeGivesTheBitsOfAnUninterruptedRun) {
 
   auto args = batch_args(model, dir / "in.jsonl", dir / "run.jsonl", 4);
   args.insert(args.end(), {"--stats", (dir / "run.h5").string(), "--checkpoint-every", "8"});
-  const Child c = spawn_sonde(args, dir / "run.log");
-  bool killed = false;
-  for (;;) {
-    if (poll_child(c)) break;
-    if (fs::exists(dir / "run.jsonl") && lines_in(dir / "run.jsonl") >= 100) {
-      send_signal(c, SIGKILL);
-      killed = wait_child(c) == 128 + SIGKILL;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-  }
-  ASSERT_TRUE(killed) << "the run finished before the kill; " << read_text(dir / "run.log");
+  ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", 100, dir / "run.log"));
   ASSERT_EQ(read_int_attr(dir / "run.h5", "complete"), 0);
   args.push_back("--resume");
   const auto r = run_sonde(args);
@@ -147,6 +152,57 @@ TEST(StatsSink, ASigkillThenResumeGivesTheBitsOfAnUninterruptedRun) {
       EXPECT_TRUE(read_dataset(dir / "run.h5", p).values == read_dataset(dir / "ref.h5", p).values) << p;
     }
 }
+
+std::int64_t committed_prompts(const fs::path& stats) { return as_ints(read_dataset(stats, "progress/mark")).at(0); }
+
+// A run checkpoints the activation file, then the statistics file; a kill between the two leaves
+// the activations a checkpoint (or more) ahead. Made here by putting back an older statistics
+// file: the resumed run continues from the statistics' mark, trims the activations to it, and
+// ends with every output equal to an uninterrupted run's (/steps of the diffusion model too).
+class StatsBehindActs : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StatsBehindActs, ResumeTrimsTheActivationsToTheStatisticsMark) {
+  const auto dir = temp_dir();
+  const auto model = tiny_model(dir, GetParam());
+  write_input(dir / "in.jsonl", 300);
+  const auto with_outputs = [&](const char* tag) {
+    auto a = batch_args(model, dir / "in.jsonl", dir / (std::string(tag) + ".jsonl"), 4);
+    a.insert(a.end(), {"--acts", (dir / (std::string(tag) + "_acts.h5")).string(), "--stats",
+                       (dir / (std::string(tag) + "_stats.h5")).string(), "--checkpoint-every", "8"});
+    return a;
+  };
+  ASSERT_EQ(run_sonde(with_outputs("ref")).exit_code, 0);
+  auto args = with_outputs("run");
+  ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", 60, dir / "run1.log"));
+  fs::copy_file(dir / "run_stats.h5", dir / "early_stats.h5");
+  args.push_back("--resume");
+  ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", 160, dir / "run2.log"));
+  const auto early = committed_prompts(dir / "early_stats.h5"), later = committed_prompts(dir / "run_stats.h5");
+  ASSERT_LT(early, later) << "no checkpoint between the kills";  // so the activations are ahead
+  fs::copy_file(dir / "early_stats.h5", dir / "run_stats.h5", fs::copy_options::overwrite_existing);
+
+  const auto r = run_sonde(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_text(dir / "run.jsonl"), read_text(dir / "ref.jsonl"));
+  std::vector<std::string> tables = {"rows/prompt_idx", "rows/pos", "rows/token_id", "rows/step", "rows/kind",
+                                     "prompts/prompt_idx", "prompts/row_start", "prompts/row_count", "prompts/token_ids"};
+  if (GetParam() == "dream") tables.insert(tables.end(), {"steps/prompt_idx", "steps/step", "steps/canvas"});
+  for (const char* h : {"blocks.1.hook_resid_post", "blocks.0.attn.hook_z"}) {
+    tables.push_back(std::string("acts/") + h);
+    for (const char* d : {"count", "mean", "m2", "min", "max", "absmax", "norms"}) {
+      const std::string p = std::string("stats/") + h + "/" + d;
+      EXPECT_TRUE(read_dataset(dir / "run_stats.h5", p).values == read_dataset(dir / "ref_stats.h5", p).values) << p;
+    }
+  }
+  for (const auto& t : tables) {
+    const Array got = read_dataset(dir / "run_acts.h5", t), want = read_dataset(dir / "ref_acts.h5", t);
+    EXPECT_EQ(got.shape, want.shape) << t;
+    EXPECT_TRUE(got.values == want.values) << t;
+  }
+  EXPECT_EQ(read_int_attr(dir / "run_acts.h5", "complete"), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, StatsBehindActs, ::testing::Values("qwen2", "dream"));
 
 // Two files of two halves of a dataset carry what Chan's merge needs (count, mean, m2, min, max,
 // norms): merged, they give the whole run's statistics.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,14 @@ struct PromptRecord {
   std::uint64_t seed = 0;
 };
 
+// What is safely on disk: whole prompts and their rows, and how many bytes of the companion
+// results file (results.jsonl) belong to them. Written to /progress at each checkpoint.
+struct CommitMark {
+  std::int64_t prompts = 0;
+  std::int64_t rows = 0;
+  std::uint64_t results_bytes = 0;
+};
+
 struct SinkOptions {
   std::string path;
   DType storage = DType::f32;  // f32, bf16 or f16
@@ -45,6 +54,10 @@ struct SinkOptions {
   // With resume: a file whose run completed is reopened as it is instead of refused (one part of
   // a data-parallel run that finished before the others were stopped).
   bool resume_complete = false;
+  // With resume, for a sink that rewinds(): trim to this mark, which may be behind the file's own.
+  // A run checkpoints its sinks one after another, so a kill between two leaves the ones written
+  // first a checkpoint ahead; the run continues from the mark of the sink that cannot rewind.
+  std::optional<CommitMark> resume_at;
   bool diffusion = false;      // create the /steps table
   std::size_t queue_bytes = std::size_t{256} << 20;  // bound on data waiting for the writer thread
 };
@@ -58,14 +71,6 @@ struct StepRecord {
   std::vector<std::int32_t> canvas;
   std::int32_t block = 0;         // the block of the generation this step worked on (-1: prompt done)
   std::int32_t n_recomputed = 0;  // positions the step's forward computed (all of them without a cache)
-};
-
-// What is safely on disk: whole prompts and their rows, and how many bytes of the companion
-// results file (results.jsonl) belong to them. Written to /progress at each checkpoint.
-struct CommitMark {
-  std::int64_t prompts = 0;
-  std::int64_t rows = 0;
-  std::uint64_t results_bytes = 0;
 };
 
 // Root attributes (design §5): strings and integers.
@@ -104,6 +109,9 @@ class Sink : public Plugin {
   // the activations (HDF5: virtual datasets with relative paths). The default refuses.
   virtual void join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata& meta);
   virtual bool joins() const { return false; }  // whether join() is implemented
+  // Whether open() honours SinkOptions::resume_at (can drop committed prompts back to an earlier
+  // mark). A run checkpoints these sinks before the others and opens them after.
+  virtual bool rewinds() const { return false; }
 };
 
 // A sink that wants every hook it is opened with and keeps nothing: what the ranks of a
