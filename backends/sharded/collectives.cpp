@@ -21,7 +21,9 @@ void all_gather(ProcessGroup& group, const Node& node, std::span<const TensorVie
   // This rank's kept part, [outer, kept, inner], as the bytes it sends.
   std::vector<float> mine(static_cast<std::size_t>(d.outer * kept * d.inner));
   const auto* x = dense.views()[0].as<const float>();
-  for (std::int64_t o = 0; o < d.outer; ++o)
+  // A rank may keep nothing (a replicated kv head is sent by its first holder only); memcpy
+  // must not see the null data() of an empty vector, even for zero bytes.
+  for (std::int64_t o = 0; kept > 0 && o < d.outer; ++o)
     std::memcpy(mine.data() + o * kept * d.inner, x + (o * d.axis_len + d.keep_begin) * d.inner,
                 static_cast<std::size_t>(kept * d.inner) * sizeof(float));
   const auto parts = group.allgather(std::as_bytes(std::span<const float>(mine)));
@@ -36,7 +38,7 @@ void all_gather(ProcessGroup& group, const Node& node, std::span<const TensorVie
   for (const auto& part : parts) {
     const std::int64_t len = static_cast<std::int64_t>(part.size() / sizeof(float)) / (row ? row : 1);
     const auto* src = reinterpret_cast<const float*>(part.data());
-    for (std::int64_t o = 0; o < d.outer; ++o)
+    for (std::int64_t o = 0; len > 0 && o < d.outer; ++o)
       std::memcpy(y + (o * node.params.gathered + at) * d.inner, src + o * len * d.inner,
                   static_cast<std::size_t>(len * d.inner) * sizeof(float));
     at += len;
