@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <dlfcn.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -20,10 +22,36 @@ namespace {
 // failed or that never ran init, so the app can end the whole job on an error met while opening.
 MpiGroup* g_world = nullptr;
 
+// A process not started by a launcher (one rank, MPI "singleton") gets its own Open MPI session
+// folder: singletons share /tmp/ompi.<host>.<uid> by default, and one finalizing removes that
+// folder while another is creating its own in it ("No such file or directory" from MPI_Init,
+// seen when the test suite ran several at once). Removed at exit; a user's setting wins.
+std::string g_private_session_dir;
+
+bool started_by_a_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+void use_a_private_session_dir() {
+  if (started_by_a_launcher() || std::getenv("OMPI_MCA_orte_tmpdir_base") != nullptr) return;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+  dir.append("/sonde-mpi-XXXXXX");
+  if (::mkdtemp(dir.data()) == nullptr) return;  // Open MPI's default folder then
+  g_private_session_dir = dir;
+  ::setenv("OMPI_MCA_orte_tmpdir_base", dir.c_str(), 0);
+}
+
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+  if (!g_private_session_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(g_private_session_dir, ec);
+  }
 }
 
 // The registry loads plugins with RTLD_LOCAL, so libmpi came in local to this plugin; Open MPI's
@@ -55,6 +83,7 @@ void ShardedBackend::init(const BackendOptions& options) {
     // rank took the core its peer needed (prefill 4x slower here). Free on an idle node; a
     // user's setting wins.
     ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    use_a_private_session_dir();
     int provided = 0;
     // FUNNELED: only the thread that called init makes MPI calls (the local backend's threads
     // and the HDF5 writer thread never do).
