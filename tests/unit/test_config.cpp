@@ -1,4 +1,5 @@
-// config.json / generation_config.json: golden configs from ../shared and every bad-input case.
+// config.json / generation_config.json: Dream-v0-Instruct-7B's layout, every bad-input case, and
+// ../shared's golden and upstream configs on top (*Shared).
 #include <sonde/config.h>
 #include <sonde/error.h>
 
@@ -230,19 +231,22 @@ TEST(GenerationConfig, WrongTypes) {
   EXPECT_THAT(generation_error("not json"), HasSubstr("gen.json: not valid JSON"));
 }
 
-// ---- the upstream Dream-v0-Instruct-7B config (tests/data/qwen2.5-tokenizer/dream) ----------
+// ---- the Dream-v0-Instruct-7B config -------------------------------------------------------
 
-TEST(UpstreamConfig, DreamInstruct7B) {
-  const auto c = sonde::ModelConfig::load(sonde::test::data_dir() / "qwen2.5-tokenizer/dream");
-  // Values from the Hugging Face files as documented in ../shared/fixtures/qwen2.5-tokenizer/README.md.
+// The values every Dream-v0-Instruct-7B config load must give (its Hugging Face config.json and
+// generation_config.json), whether the files are the tests' own or ../shared's upstream copies.
+void expect_dream_instruct_7b(const sonde::ModelConfig& c) {
   EXPECT_EQ(c.model_type, "Dream");
+  EXPECT_EQ(c.architectures, std::vector<std::string>{"DreamModel"});
   EXPECT_EQ(c.hidden_size, 3584);
+  EXPECT_EQ(c.intermediate_size, 18944);
   EXPECT_EQ(c.num_hidden_layers, 28);
   EXPECT_EQ(c.num_attention_heads, 28);
   EXPECT_EQ(c.num_key_value_heads, 4);
-  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.head_dim, 128);  // 3584 / 28, not in the file
   EXPECT_EQ(c.vocab_size, 152064);
   EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
   EXPECT_FALSE(c.tie_word_embeddings);
   EXPECT_EQ(c.mask_token_id, 151666);
   EXPECT_EQ(c.bos_token_id, 151643);
@@ -252,7 +256,55 @@ TEST(UpstreamConfig, DreamInstruct7B) {
   EXPECT_EQ(c.generation.steps, 512);
   EXPECT_DOUBLE_EQ(*c.generation.eps, 0.001);
   EXPECT_DOUBLE_EQ(*c.generation.temperature, 0.0);
+  EXPECT_FALSE(c.generation.alg_temp.has_value());
+  EXPECT_FALSE(c.generation.top_k.has_value());
   EXPECT_FALSE(c.generation.mask_token_id.has_value());
+}
+
+// The fields of Dream-v0-Instruct-7B's config.json and generation_config.json, written here with
+// the upstream names, nulls and extras (auto_map, use_mrope, sliding_window null, ...).
+TEST(UpstreamConfig, DreamInstruct7BLayout) {
+  const auto dir = sonde::test::temp_dir();
+  const json config = {{"architectures", {"DreamModel"}},
+                       {"attention_dropout", 0.0},
+                       {"auto_map", {{"AutoConfig", "configuration_dream.DreamConfig"}, {"AutoModel", "modeling_dream.DreamModel"}}},
+                       {"bos_token_id", 151643},
+                       {"eos_token_id", 151643},
+                       {"hidden_act", "silu"},
+                       {"hidden_size", 3584},
+                       {"initializer_range", 0.02},
+                       {"intermediate_size", 18944},
+                       {"mask_token_id", 151666},
+                       {"max_position_embeddings", 131072},
+                       {"max_window_layers", 28},
+                       {"model_type", "Dream"},
+                       {"num_attention_heads", 28},
+                       {"num_hidden_layers", 28},
+                       {"num_key_value_heads", 4},
+                       {"pad_token_id", 151643},
+                       {"rms_norm_eps", 1e-06},
+                       {"rope_scaling", nullptr},
+                       {"rope_theta", 1000000.0},
+                       {"sliding_window", nullptr},
+                       {"tie_word_embeddings", false},
+                       {"torch_dtype", "bfloat16"},
+                       {"use_cache", true},
+                       {"use_mrope", false},
+                       {"use_sliding_window", false},
+                       {"vocab_size", 152064}};
+  const json generation = {{"_from_model_config", true}, {"alg", "origin"},   {"alg_temp", nullptr},
+                           {"bos_token_id", 151643},     {"eos_token_id", 151643}, {"eps", 0.001},
+                           {"mask_token_id", nullptr},   {"output_history", false}, {"pad_token_id", 151643},
+                           {"steps", 512},               {"temperature", 0.0},   {"top_k", nullptr},
+                           {"top_p", nullptr}};
+  std::ofstream(dir / "config.json") << config.dump(2);
+  std::ofstream(dir / "generation_config.json") << generation.dump(2);
+  expect_dream_instruct_7b(sonde::ModelConfig::load(dir));
+}
+
+// ../shared's byte copies of the upstream files.
+TEST(UpstreamConfigShared, DreamInstruct7B) {
+  expect_dream_instruct_7b(sonde::ModelConfig::load(sonde::test::shared_dir() / "fixtures/qwen2.5-tokenizer/dream"));
 }
 
 // ---- golden configs (../shared) ------------------------------------------------------------

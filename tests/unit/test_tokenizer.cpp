@@ -1,6 +1,7 @@
-// The Qwen2.5 tokenizer on the real vocabulary in tests/data/qwen2.5-tokenizer: cases.jsonl (ids,
-// decoded text, round trip) and llama.cpp's vectors, plus UTF-8 handling of encode, decode and the
-// streaming decoder. ../shared's assembled tokenizer.json is checked on top (TokenizerQwenShared).
+// The Qwen2.5 tokenizer on the real vocabulary in tests/data/qwen2.5-tokenizer: our own cases
+// (tests/data/tokenizer-cases.jsonl, ids from tests/reference/qwen_tokenizer_ref.py) and UTF-8
+// handling of encode, decode and the streaming decoder. ../shared adds independent checks on top
+// (TokenizerQwenShared: its cases.jsonl from Tokenizers.js, llama.cpp's vectors, its tokenizer.json).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -21,8 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path fixture_dir() { return test::own_tokenizer_data(); }
-
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::ostringstream ss;
@@ -42,12 +41,47 @@ const Tokenizer& qwen() {
   return tok;
 }
 
-std::vector<json> read_cases() {
+// One JSON object per line; lines split on '\n' only (texts hold U+2028 and U+0085).
+std::vector<json> read_cases(const fs::path& file) {
   std::vector<json> cases;
-  std::ifstream in(fixture_dir() / "cases.jsonl");
+  std::ifstream in(file);
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) cases.push_back(json::parse(line));
   return cases;
+}
+
+std::vector<json> own_cases() { return read_cases(test::data_dir() / "tokenizer-cases.jsonl"); }
+std::vector<json> shared_cases() { return read_cases(test::shared_tokenizer_fixture() / "cases.jsonl"); }
+
+std::string unhex(const std::string& hex) {
+  std::string out;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
+}
+
+// A valid case: ids, decoded text (NFC of the text) and whether it round-trips. An invalid one
+// ("hex", "error_offset"): encode refuses it as bad input naming the first bad byte.
+void expect_case(const json& c) {
+  SCOPED_TRACE(c["name"].get<std::string>());
+  if (c.contains("hex")) {
+    const std::string offset = "byte offset " + std::to_string(c["error_offset"].get<int>());
+    try {
+      qwen().encode(unhex(c["hex"]));
+      ADD_FAILURE() << "no error; expected one naming " << offset;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+      EXPECT_THAT(e.what(), testing::HasSubstr(offset));
+    }
+    return;
+  }
+  const std::string text = c["text"];
+  const auto expected = c["ids"].get<std::vector<std::int32_t>>();
+  const std::string decoded = c["decoded"];
+  const auto ids = qwen().encode(text);
+  EXPECT_EQ(ids, expected);
+  EXPECT_EQ(qwen().decode(expected), decoded);
+  EXPECT_EQ(c["round_trip"].get<bool>(), decoded == text);
+  EXPECT_EQ(qwen().decode(ids), decoded);  // decode(encode(s)) == NFC(s)
 }
 
 bool valid_utf8(std::string_view s) {
@@ -69,47 +103,17 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-TEST(TokenizerQwen, CasesJsonlIdsDecodedAndRoundTrip) {
-  const auto cases = read_cases();
-  ASSERT_EQ(cases.size(), 68u);
+TEST(TokenizerQwen, OwnCasesMatchTheReferenceScript) {
+  const auto cases = own_cases();
+  ASSERT_EQ(cases.size(), 51u);  // tests/reference/qwen_tokenizer_ref.py generate
+  int invalid = 0, not_nfc = 0;
   for (const json& c : cases) {
-    SCOPED_TRACE(c["name"].get<std::string>());
-    const std::string text = c["text"];
-    const auto expected = c["ids"].get<std::vector<std::int32_t>>();
-    const std::string decoded = c["decoded"];
-    const auto ids = qwen().encode(text);
-    EXPECT_EQ(ids, expected);
-    EXPECT_EQ(qwen().decode(expected), decoded);
-    EXPECT_EQ(c["round_trip"].get<bool>(), decoded == text);
-    // decode(encode(s)) == NFC(s): the fixture's decoded text is NFC(text).
-    EXPECT_EQ(qwen().decode(ids), decoded);
+    expect_case(c);
+    invalid += c.contains("hex");
+    not_nfc += c.contains("round_trip") && !c["round_trip"].get<bool>();
   }
-}
-
-TEST(TokenizerQwen, LlamaCppVectors) {
-  const std::string inp = slurp(fixture_dir() / "llamacpp-vectors/ggml-vocab-qwen2.gguf.inp");
-  const std::string marker = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> inputs;
-  for (std::size_t pos = 0; pos < inp.size();) {
-    const auto end = inp.find(marker, pos);
-    ASSERT_NE(end, std::string::npos);
-    inputs.push_back(inp.substr(pos, end - pos));
-    pos = end + marker.size();
-  }
-  std::ifstream out(fixture_dir() / "llamacpp-vectors/ggml-vocab-qwen2.gguf.out");
-  std::vector<std::vector<std::int32_t>> expected;
-  for (std::string line; std::getline(out, line);) {
-    std::istringstream ss(line);
-    expected.emplace_back();
-    for (std::int32_t id; ss >> id;) expected.back().push_back(id);
-  }
-  ASSERT_EQ(inputs.size(), 43u);
-  ASSERT_EQ(expected.size(), inputs.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    SCOPED_TRACE("case " + std::to_string(i) + ": " + inputs[i]);
-    EXPECT_EQ(qwen().encode(inputs[i]), expected[i]);
-    EXPECT_EQ(qwen().decode(expected[i]), inputs[i]);
-  }
+  EXPECT_EQ(invalid, 6);
+  EXPECT_GT(not_nfc, 0) << "some cases should change under NFC";
 }
 
 TEST(TokenizerQwen, KnownIdsFromTheReadme) {
@@ -208,7 +212,9 @@ TEST(TokenizerUtf8, StreamDecoderFlushesInvalidBytes) {
 }
 
 TEST(TokenizerQwen, EncodeIsThreadSafe) {
-  const auto cases = read_cases();
+  std::vector<json> cases;
+  for (const json& c : own_cases())
+    if (!c.contains("hex")) cases.push_back(c);
   std::vector<std::thread> threads;
   std::vector<int> failures(4, 0);
   for (int t = 0; t < 4; ++t)
@@ -235,15 +241,70 @@ TEST(TokenizerQwen, LongRunsUseTheHeapMergeAndAgreeWithShortOnes) {
   EXPECT_EQ(qwen().decode(qwen().encode(spaces)), spaces);
 }
 
+// ---- independent checks on ../shared's data ------------------------------------------------
+
+// 68 cases whose ids come from Hugging Face Tokenizers.js (an independent implementation).
+TEST(TokenizerQwenShared, CasesJsonlIdsDecodedAndRoundTrip) {
+  const auto cases = shared_cases();
+  ASSERT_EQ(cases.size(), 68u);
+  for (const json& c : cases) expect_case(c);
+}
+
+// llama.cpp's test vectors, made there with the Hugging Face Qwen2 tokenizer.
+TEST(TokenizerQwenShared, LlamaCppVectors) {
+  const fs::path dir = test::shared_tokenizer_fixture() / "llamacpp-vectors";
+  const std::string inp = slurp(dir / "ggml-vocab-qwen2.gguf.inp");
+  const std::string marker = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> inputs;
+  for (std::size_t pos = 0; pos < inp.size();) {
+    const auto end = inp.find(marker, pos);
+    ASSERT_NE(end, std::string::npos);
+    inputs.push_back(inp.substr(pos, end - pos));
+    pos = end + marker.size();
+  }
+  std::ifstream out(dir / "ggml-vocab-qwen2.gguf.out");
+  std::vector<std::vector<std::int32_t>> expected;
+  for (std::string line; std::getline(out, line);) {
+    std::istringstream ss(line);
+    expected.emplace_back();
+    for (std::int32_t id; ss >> id;) expected.back().push_back(id);
+  }
+  ASSERT_EQ(inputs.size(), 43u);
+  ASSERT_EQ(expected.size(), inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i) + ": " + inputs[i]);
+    EXPECT_EQ(qwen().encode(inputs[i]), expected[i]);
+    EXPECT_EQ(qwen().decode(expected[i]), inputs[i]);
+  }
+}
+
+// The added-token table of tests/support/qwen_tokenizer.h against Dream's upstream
+// tokenizer_config.json (Qwen2.5's 22 tokens plus Dream's two).
+TEST(TokenizerQwenShared, AddedTokenTableMatchesTheUpstreamConfig) {
+  std::ifstream in(test::shared_tokenizer_fixture() / "dream/tokenizer_config.json");
+  const json upstream = json::parse(in)["added_tokens_decoder"];
+  std::size_t n = 0;
+  for (const auto* list : {&test::qwen25_added_tokens(), &test::dream_extra_tokens()})
+    for (const test::AddedToken& t : *list) {
+      SCOPED_TRACE(t.content);
+      ++n;
+      ASSERT_TRUE(upstream.contains(std::to_string(t.id)));
+      EXPECT_EQ(upstream[std::to_string(t.id)], test::added_token_entry(t));
+    }
+  EXPECT_EQ(upstream.size(), n);
+}
+
 // The team's assembled tokenizer.json (../shared) against the one the tests assemble.
 TEST(TokenizerQwenShared, SharedTokenizerJsonGivesTheSameIds) {
-  const Tokenizer shared = Tokenizer::load(test::shared_dir() / "fixtures/qwen2.5-tokenizer");
+  const Tokenizer shared = Tokenizer::load(test::shared_tokenizer_fixture());
   EXPECT_EQ(shared.vocab_size(), qwen().vocab_size());
-  for (const json& c : read_cases()) {
-    const std::string text = c["text"];
-    EXPECT_EQ(shared.encode(text), qwen().encode(text)) << text;
-    EXPECT_EQ(shared.encode(text), c["ids"].get<std::vector<std::int32_t>>()) << text;
-  }
+  for (const auto& cases : {shared_cases(), own_cases()})
+    for (const json& c : cases) {
+      if (c.contains("hex")) continue;
+      const std::string text = c["text"];
+      EXPECT_EQ(shared.encode(text), qwen().encode(text)) << text;
+      EXPECT_EQ(shared.encode(text), c["ids"].get<std::vector<std::int32_t>>()) << text;
+    }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // ChatML rendering. Expected strings were produced by rendering Dream's real chat_template
-// (fixtures/qwen2.5-tokenizer/dream/tokenizer_config.json) with Python jinja2 when this test was
-// written; Qwen2.5-Instruct's differ only in the default system text (fixture README).
+// (../shared/fixtures/qwen2.5-tokenizer/dream/tokenizer_config.json) with Python jinja2 when this
+// test was written; Qwen2.5-Instruct's differ only in the default system text (fixture README).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -44,17 +44,23 @@ TEST(ChatTemplate, QwenUsesItsOwnDefaultSystem) {
             apply_chat_template(kWithSystem, ChatFamily::Dream, false));
 }
 
-TEST(ChatTemplate, DetectsTheFamilyFromTemplateText) {
-  std::ifstream in(test::own_tokenizer_data() / "dream/tokenizer_config.json");
-  const std::string dream = nlohmann::json::parse(in)["chat_template"];
+// Qwen2.5-Instruct's template is Dream's with its own default system text (fixture README).
+void expect_family_detected(const std::string& dream) {
   EXPECT_EQ(detect_chat_family(dream), ChatFamily::Dream);
-  // Qwen2.5-Instruct's template is Dream's with its own default system text (fixture README).
   std::string qwen = dream;
   const std::string from = "You are a helpful assistant.", to = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
   for (auto pos = qwen.find(from); pos != std::string::npos; pos = qwen.find(from, pos + to.size()))
     qwen.replace(pos, from.size(), to);
   EXPECT_EQ(detect_chat_family(qwen), ChatFamily::Qwen25Instruct);
   EXPECT_EQ(apply_chat_template(kHi, dream, true), apply_chat_template(kHi, ChatFamily::Dream, true));
+}
+
+TEST(ChatTemplate, DetectsTheFamilyFromTemplateText) { expect_family_detected(test::own_dream_chat_template()); }
+
+// Dream-v0-Instruct-7B's upstream template (../shared's tokenizer_config.json).
+TEST(ChatTemplateShared, DetectsTheFamilyFromTheUpstreamTemplate) {
+  std::ifstream in(test::shared_tokenizer_fixture() / "dream/tokenizer_config.json");
+  expect_family_detected(nlohmann::json::parse(in)["chat_template"]);
 }
 
 TEST(ChatTemplate, BuiltinTemplatesAreRecognised) {

@@ -1,5 +1,7 @@
 // Tokenizer loading: both file layouts give the same ids, Dream's extra tokens, merges as pairs,
-// the #version header, bad files, and the synthetic tokenizer of make-model.
+// the #version header, bad files, and the synthetic tokenizer of make-model. Dream's layout is
+// built from the facts in qwen_tokenizer.h; TokenizerLoadShared repeats it on ../shared's
+// upstream Dream files.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -18,31 +20,50 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path fixture_dir() { return test::own_tokenizer_data(); }
-
 void write(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary);
   out << text;
 }
 
-std::vector<std::string> case_texts() {
+// The texts of a cases file that are valid UTF-8 (lines split on '\n' only).
+std::vector<std::string> case_texts(const fs::path& file) {
   std::vector<std::string> texts;
-  std::ifstream in(fixture_dir() / "cases.jsonl");
+  std::ifstream in(file);
   for (std::string line; std::getline(in, line);)
-    if (!line.empty()) texts.push_back(json::parse(line)["text"]);
+    if (!line.empty() && json::parse(line).contains("text")) texts.push_back(json::parse(line)["text"]);
   return texts;
 }
 
-// Dream's layout, assembled from the fixture by symlinks (nothing copied).
-fs::path dream_dir(bool with_version_header) {
-  const fs::path dir = test::temp_dir();
-  fs::create_symlink(fixture_dir() / "vocab.json", dir / "vocab.json");
-  for (const char* f : {"tokenizer_config.json", "added_tokens.json", "special_tokens_map.json"})
-    fs::create_symlink(fixture_dir() / "dream" / f, dir / f);
-  if (!with_version_header) {
-    fs::create_symlink(fixture_dir() / "merges.txt", dir / "merges.txt");
+// Where Dream's files come from: written by the tests from qwen_tokenizer.h, or ../shared's
+// upstream copies (linked, nothing copied).
+enum class Source { Own, Shared };
+
+void link_vocab(Source source, const fs::path& dir, bool merges) {
+  const fs::path from = source == Source::Own ? test::own_tokenizer_data() : test::shared_tokenizer_fixture();
+  fs::create_symlink(from / "vocab.json", dir / "vocab.json");
+  if (merges) fs::create_symlink(from / "merges.txt", dir / "merges.txt");
+}
+
+void add_dream_files(Source source, const fs::path& dir, std::initializer_list<const char*> files) {
+  if (source == Source::Own) {
+    const fs::path all = dir / "all";
+    fs::create_directories(all);
+    test::write_dream_tokenizer_files(all);
+    for (const char* f : files) fs::rename(all / f, dir / f);
+    fs::remove_all(all);
   } else {
-    std::ifstream in(fixture_dir() / "merges.txt", std::ios::binary);
+    for (const char* f : files) fs::create_symlink(test::shared_tokenizer_fixture() / "dream" / f, dir / f);
+  }
+}
+
+fs::path dream_dir(Source source, bool with_version_header) {
+  const fs::path dir = test::temp_dir() / (with_version_header ? "with-header" : "plain");
+  fs::create_directories(dir);
+  link_vocab(source, dir, !with_version_header);
+  add_dream_files(source, dir, {"tokenizer_config.json", "added_tokens.json", "special_tokens_map.json"});
+  if (with_version_header) {
+    const fs::path from = source == Source::Own ? test::own_tokenizer_data() : test::shared_tokenizer_fixture();
+    std::ifstream in(from / "merges.txt", std::ios::binary);
     std::ostringstream ss;
     ss << "#version: 0.2\n" << in.rdbuf();
     write(dir / "merges.txt", ss.str());
@@ -50,11 +71,13 @@ fs::path dream_dir(bool with_version_header) {
   return dir;
 }
 
-TEST(TokenizerLoad, SlowLayoutGivesTheSameIdsAsTokenizerJson) {
+void expect_slow_layout_like_tokenizer_json(Source source, const fs::path& cases) {
   const Tokenizer fast = Tokenizer::load(test::qwen_tokenizer_dirs().fast);
+  const auto texts = case_texts(cases);
+  ASSERT_GT(texts.size(), 40u);
   for (bool header : {false, true}) {
-    const Tokenizer slow = Tokenizer::load(dream_dir(header));
-    for (const std::string& text : case_texts()) {
+    const Tokenizer slow = Tokenizer::load(dream_dir(source, header));
+    for (const std::string& text : texts) {
       // Dream's own tokens are text to Qwen2.5 but tokens to Dream, so compare only elsewhere.
       if (text.find("<|mask|>") != std::string::npos || text.find("<|beginoftext|>") != std::string::npos) continue;
       EXPECT_EQ(slow.encode(text), fast.encode(text)) << text;
@@ -64,8 +87,8 @@ TEST(TokenizerLoad, SlowLayoutGivesTheSameIdsAsTokenizerJson) {
   }
 }
 
-TEST(TokenizerLoad, DreamHasBeginOfTextAndMask) {
-  const Tokenizer dream = Tokenizer::load(dream_dir(false));
+void expect_dream_tokens(Source source) {
+  const Tokenizer dream = Tokenizer::load(dream_dir(source, false));
   EXPECT_EQ(dream.token_id("<|beginoftext|>"), 151665);
   EXPECT_EQ(dream.token_id("<|mask|>"), 151666);
   EXPECT_TRUE(dream.is_special(151665));
@@ -77,18 +100,29 @@ TEST(TokenizerLoad, DreamHasBeginOfTextAndMask) {
   EXPECT_EQ(dream.decode(ids, true), "hi");
 }
 
-TEST(TokenizerLoad, DreamTokensFromAddedTokensJsonAlone) {
+void expect_tokens_from_added_tokens_json(Source source) {
   const fs::path dir = test::temp_dir();
-  fs::create_symlink(fixture_dir() / "vocab.json", dir / "vocab.json");
-  fs::create_symlink(fixture_dir() / "merges.txt", dir / "merges.txt");
-  fs::create_symlink(fixture_dir() / "dream/added_tokens.json", dir / "added_tokens.json");
-  fs::create_symlink(fixture_dir() / "dream/special_tokens_map.json", dir / "special_tokens_map.json");
+  link_vocab(source, dir, true);
+  add_dream_files(source, dir, {"added_tokens.json", "special_tokens_map.json"});
   const Tokenizer t = Tokenizer::load(dir);
   EXPECT_EQ(t.token_id("<|mask|>"), 151666);
   EXPECT_EQ(t.token_id("<|beginoftext|>"), 151665);
   EXPECT_TRUE(t.is_special(151666));  // listed in special_tokens_map.json
   EXPECT_TRUE(t.chat_template().empty());
 }
+
+TEST(TokenizerLoad, SlowLayoutGivesTheSameIdsAsTokenizerJson) {
+  expect_slow_layout_like_tokenizer_json(Source::Own, test::data_dir() / "tokenizer-cases.jsonl");
+}
+TEST(TokenizerLoad, DreamHasBeginOfTextAndMask) { expect_dream_tokens(Source::Own); }
+TEST(TokenizerLoad, DreamTokensFromAddedTokensJsonAlone) { expect_tokens_from_added_tokens_json(Source::Own); }
+
+// The same on ../shared's upstream Dream-v0-Instruct-7B tokenizer files.
+TEST(TokenizerLoadShared, SlowLayoutGivesTheSameIdsAsTokenizerJson) {
+  expect_slow_layout_like_tokenizer_json(Source::Shared, test::shared_tokenizer_fixture() / "cases.jsonl");
+}
+TEST(TokenizerLoadShared, DreamHasBeginOfTextAndMask) { expect_dream_tokens(Source::Shared); }
+TEST(TokenizerLoadShared, DreamTokensFromAddedTokensJsonAlone) { expect_tokens_from_added_tokens_json(Source::Shared); }
 
 // A hand-made byte-level tokenizer.json: bytes for a, b, c, space plus two merges.
 std::string tiny_json(const json& merges) {
@@ -168,7 +202,7 @@ TEST(TokenizerLoad, BadFilesAreBadInputNamingTheProblem) {
 
 TEST(TokenizerLoad, MalformedMergesTxtNamesTheLine) {
   const fs::path dir = test::temp_dir();
-  fs::create_symlink(fixture_dir() / "vocab.json", dir / "vocab.json");
+  fs::create_symlink(test::own_tokenizer_data() / "vocab.json", dir / "vocab.json");
   write(dir / "merges.txt", "#version: 0.2\nĠ t\nthree parts here\n");
   expect_bad_input([&] { Tokenizer::load(dir); }, "line 3");
 }
