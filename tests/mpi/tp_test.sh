@@ -2,7 +2,8 @@
 # Tensor-parallel runs under mpiexec (docs/scale-out.md): the same command lines as one process,
 # with --backend sharded. One case per ctest entry:  tp_test.sh SONDE COMPARE CASE [MPIEXEC ARGS...]
 #   forward ARCH PRESET DTYPE N   logits and every hook (patterns too) of `sonde forward` on N ranks
-#                                 equal one process's within 1e-5 of their magnitude (1e-4 on bf16)
+#                                 equal one process's within 1e-5 of their magnitude (1e-4 on bf16);
+#                                 PRESET may be a model directory (../shared's golden models), used as is
 #   generate ARCH PRESET N        greedy decoding token-exact (qwen2: with and without the KV cache,
 #                                 and the hooks captured while generating; dream: every algorithm)
 #   errors                        bad tensor-parallel layouts: one line, non-zero exit, no hang
@@ -24,7 +25,8 @@ case $case in
 forward)
   arch=$1 preset=$2 dtype=$3 n=$4; shift 4; mpi=("$@")
   tol=1e-5; [ "$dtype" = bf16 ] && tol=1e-4
-  "$sonde" make-model --arch "$arch" --preset "$preset" --dtype "$dtype" --out m >/dev/null
+  if [ -d "$preset" ]; then ln -s "$preset" m
+  else "$sonde" make-model --arch "$arch" --preset "$preset" --dtype "$dtype" --out m >/dev/null; fi
   hooks='*,blocks.*.attn.hook_pattern'
   "$sonde" forward --model m --ids "$ids" --hooks "$hooks" --out one.h5 --threads 1 >/dev/null
   tp "$n" forward --model m --ids "$ids" --hooks "$hooks" --out tp.h5 > tp.log 2>&1 || { cat tp.log; fail "forward on $n ranks"; }
