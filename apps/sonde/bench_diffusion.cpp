@@ -34,10 +34,19 @@ std::vector<Mode> modes(const Session& s, const DiffusionBenchOptions& o) {
   threshold.threshold = o.threshold;
   auto per_step = block;
   per_step.tokens_per_step = o.tokens_per_step;
-  return {{"exact", base},
-          {"block", block},
-          {fmt::format("block+threshold {}", o.threshold), threshold},
-          {fmt::format("block+tokens-per-step {}", o.tokens_per_step), per_step}};
+  std::vector<Mode> out{{"exact", base},
+                        {"block", block},
+                        {fmt::format("block+threshold {}", o.threshold), threshold},
+                        {fmt::format("block+tokens-per-step {}", o.tokens_per_step), per_step}};
+  for (auto mode : {DiffusionMode::BlockCache, DiffusionMode::DualCache}) {  // the same three over a cache
+    const auto name = diffusion_mode_name(mode);
+    auto m = block, t = threshold, p = per_step;
+    m.mode = t.mode = p.mode = mode;
+    out.push_back({std::string(name), m});
+    out.push_back({fmt::format("{}+threshold {}", name, o.threshold), t});
+    out.push_back({fmt::format("{}+tokens-per-step {}", name, o.tokens_per_step), p});
+  }
+  return out;
 }
 
 struct Timed {
@@ -76,6 +85,7 @@ int bench_diffusion_modes(Session& s, const std::vector<std::vector<std::int32_t
                    {"forwards", best.forwards},
                    {"tokens_per_forward", generated / static_cast<double>(prompts.size()) / static_cast<double>(best.forwards)},
                    {"seconds", best.seconds},
+                   {"ms_per_forward", 1e3 * best.seconds / static_cast<double>(best.forwards)},
                    {"tokens_per_s", generated / best.seconds},
                    {"speedup_vs_exact", exact_seconds / best.seconds},
                    {"forwards_vs_exact", static_cast<double>(exact_forwards) / static_cast<double>(best.forwards)}});
@@ -91,12 +101,12 @@ int bench_diffusion_modes(Session& s, const std::vector<std::vector<std::int32_t
                            "best of {}\n",
                            o.tokens, prompts.front().size(), prompts.size(), o.block_size, s.backend().info().name,
                            s.backend().info().threads, o.repeat);
-  std::cout << fmt::format("  {:<28} {:>8} {:>7} {:>10} {:>10} {:>9}\n", "mode", "forwards", "TPF", "seconds", "tokens/s",
+  std::cout << fmt::format("  {:<34} {:>8} {:>7} {:>10} {:>9} {:>10} {:>9}\n", "mode", "forwards", "TPF", "seconds", "ms/fwd", "tokens/s",
                            "vs exact");
   for (const auto& r : out)
-    std::cout << fmt::format("  {:<28} {:>8} {:>7.2f} {:>10.3f} {:>10.2f} {:>8.2f}x\n", r["mode"].get<std::string>(),
+    std::cout << fmt::format("  {:<34} {:>8} {:>7.2f} {:>10.3f} {:>9.2f} {:>10.2f} {:>8.2f}x\n", r["mode"].get<std::string>(),
                              r["forwards"].get<std::int64_t>(), r["tokens_per_forward"].get<double>(),
-                             r["seconds"].get<double>(), r["tokens_per_s"].get<double>(),
+                             r["seconds"].get<double>(), r["ms_per_forward"].get<double>(), r["tokens_per_s"].get<double>(),
                              r["speedup_vs_exact"].get<double>());
   return 0;
 }

@@ -13,8 +13,8 @@ struct DiffusionBenchOptions {
   bool json = false;
 };
 
-// Runs exact (steps = tokens), block, block + confidence_threshold and block + tokens_per_step
-// and prints forwards, tokens per forward, seconds (best of `repeat` after one warm-up),
+// Runs exact (steps = tokens), block, block + confidence_threshold and block + tokens_per_step,
+// and the three block runs again with block-cache and with dual-cache, and prints forwards, tokens per forward, seconds (best of `repeat` after one warm-up),
 // tokens/s and each mode's speedup over exact per generated token.
 int bench_diffusion_modes(Session& s, const std::vector<std::vector<std::int32_t>>& prompts,
                           const DiffusionBenchOptions& o);

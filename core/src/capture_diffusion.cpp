@@ -1,6 +1,10 @@
 // Diffusion capture (design §5): the forward of step i sees the canvas before the step; once
 // the step has chosen its slots, the step policy picks the rows of that forward. `final` runs
 // one more forward over the final canvas. /steps gets each prompt's canvas after every step.
+// Under a K/V cache (block-cache, dual-cache) a step's forward computes only a range of slots;
+// rows of the other slots were not computed in that step and are not captured (their cached
+// K/V are older), so every captured row is one its step computed; /steps/n_recomputed says how
+// many. Committed slots always lie in the computed range, so `commit` loses nothing.
 #include "capture_internal.h"
 
 #include <sonde/error.h>
@@ -28,6 +32,7 @@ struct DiffusionCapture {
   std::vector<CapturedPrompt>& out;
   std::int64_t T = 0, N = 0;      // padded prompt width, canvas width
   StepInput input;                // the latest forward's input
+  StepInput full;                 // the latest full forward's input (all slots)
   std::vector<std::int32_t> canvas;  // [B, N] after the latest step
   std::int64_t steps_done = 0;       // block modes without a schedule end when the canvas is full
 
@@ -62,16 +67,25 @@ struct DiffusionCapture {
     }
   }
 
-  // The row of slot j of prompt r in the forward of step `step` (canvas before: input.ids).
+  // Slot j's row in the latest forward: j - first in a cached range forward, -1 if outside it.
+  std::int64_t forward_row(std::int64_t j) const {
+    const std::int64_t first = input.slots > 0 ? input.first_slot : 0;
+    return j >= first && j < first + input.tokens ? j - first : -1;
+  }
+
+  // The row of slot j of prompt r in the forward of step `step` (canvas before: input.ids), when
+  // that forward computed it.
   void add_row(std::size_t r, std::int64_t j, std::int32_t step, bool committed, double confidence) {
+    const std::int64_t q = forward_row(j);
+    if (q < 0) return;  // served from the cache: not computed in this step
     const auto at = static_cast<std::size_t>(static_cast<std::int64_t>(r) * N + j);
     const std::int32_t tok = canvas[at];
-    const bool was_masked = input.ids[at] == o.mask_id;
+    const bool was_masked = input.ids[static_cast<std::size_t>(static_cast<std::int64_t>(r) * input.tokens + q)] == o.mask_id;
     RowKind kind = j < T ? capture_detail::prompt_kind(spec, tok) : RowKind::Generated;
     if (committed) kind = RowKind::Committed;
     else if (was_masked) kind = RowKind::Masked;
     const RowRecord rec{prompt_idx[r], static_cast<std::int32_t>(j - pad(r)), tok, step, kind};
-    store->append_row(out[r], static_cast<std::int64_t>(r), j, rec,
+    store->append_row(out[r], static_cast<std::int64_t>(r), q, rec,
                       StateValues{static_cast<float>(tok), static_cast<float>(confidence), committed ? 1.0f : 0.0f});
   }
 
@@ -96,6 +110,8 @@ struct DiffusionCapture {
 
   // `final`: one forward over the final canvas, rows labelled with step = the number of steps run.
   void final_forward(DecodeForward& model) {
+    input = full;  // a plain forward over every slot, whatever the mode
+    input.fill_cache = false;
     input.ids = canvas;
     model.forward(input);
     for (std::size_t r = 0; r < prompts.size(); ++r)
@@ -123,8 +139,11 @@ DiffusionCaptureResult diffusion_generate_captured(DecodeForward& model,
   if (!spec.hooks.empty()) store.emplace(model, spec);
   std::int64_t T = 0;
   for (const auto& p : prompts) T = std::max<std::int64_t>(T, static_cast<std::int64_t>(p.size()));
-  DiffusionCapture cap{spec, o, prompts, prompt_idx, store ? &*store : nullptr, res.captured, T, T + o.max_new_tokens, {}, {}, 0};
-  AfterForward fwd(model, [&](const StepInput& in) { cap.input = in; });
+  DiffusionCapture cap{spec, o, prompts, prompt_idx, store ? &*store : nullptr, res.captured, T, T + o.max_new_tokens, {}, {}, {}, 0};
+  AfterForward fwd(model, [&](const StepInput& in) {
+    cap.input = in;
+    if (in.slots == 0) cap.full = in;
+  });
   res.result = diffusion_generate(fwd, prompts, o, [&](const DiffusionStep& st) {
     cap.on_step(st);
     if (on_step) on_step(st);

@@ -41,6 +41,7 @@ class AfterForward : public DecodeForward {
   std::int64_t vocab_size() const override { return inner_.vocab_size(); }
   bool has_kv_cache() const override { return inner_.has_kv_cache(); }
   void reset_cache(std::int64_t b, std::int64_t c) override { inner_.reset_cache(b, c); }
+  bool has_slot_cache() const override { return inner_.has_slot_cache(); }
   Tensor forward(const StepInput& in) override {
     Tensor logits = inner_.forward(in);
     after_(in);

@@ -36,11 +36,26 @@ std::int64_t diffusion_unmask_count(float n, float t, float s, bool last_step) {
 DiffusionMode parse_diffusion_mode(std::string_view name) {
   if (name == "exact") return DiffusionMode::Exact;
   if (name == "block") return DiffusionMode::Block;
-  bad_input("unknown diffusion mode '{}' (expected exact or block)", name);
+  if (name == "block-cache") return DiffusionMode::BlockCache;
+  if (name == "dual-cache") return DiffusionMode::DualCache;
+  bad_input("unknown diffusion mode '{}' (expected exact, block, block-cache or dual-cache)", name);
 }
 
 std::string_view diffusion_mode_name(DiffusionMode mode) {
-  return mode == DiffusionMode::Block ? "block" : "exact";
+  switch (mode) {
+    case DiffusionMode::Block: return "block";
+    case DiffusionMode::BlockCache: return "block-cache";
+    case DiffusionMode::DualCache: return "dual-cache";
+    default: return "exact";
+  }
+}
+
+bool diffusion_mode_cached(DiffusionMode mode) {
+  return mode == DiffusionMode::BlockCache || mode == DiffusionMode::DualCache;
+}
+
+std::string_view diffusion_cache_name(DiffusionMode mode) {
+  return mode == DiffusionMode::BlockCache ? "prefix" : mode == DiffusionMode::DualCache ? "dual" : "none";
 }
 
 namespace {
@@ -139,8 +154,11 @@ std::vector<std::int64_t> sample_slots(const double* conf, std::int64_t N, std::
   return out;
 }
 
-std::span<const float> shifted_row(const Tensor& logits, std::int64_t r, std::int64_t j, std::int64_t N, std::int64_t V) {
-  const std::int64_t src = j == 0 ? 0 : j - 1;
+std::span<const float> shifted_row(const Tensor& logits, std::int64_t r, std::int64_t j, std::int64_t N, std::int64_t V,
+                                   std::int64_t first) {
+  const std::int64_t src = (j == 0 ? 0 : j - 1) - first;
+  if (src < 0 || src >= N) runtime_error("diffusion: slot {} needs logits of slot {}, outside the forward's [{}, {})", j,
+                                         src + first, first, first + N);
   return {logits.data<float>() + (r * N + src) * V, static_cast<std::size_t>(V)};
 }
 

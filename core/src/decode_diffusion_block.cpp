@@ -6,6 +6,12 @@
 // With a schedule every row is in the same block at every step; without one each row moves to
 // its next block as soon as its current one is full, so a row does alone exactly what it does in
 // a batch (its draws use the global step and its own unpadded slot, as in the exact loop).
+// The cached modes (block-cache, dual-cache) run the same loop over cheaper forwards: a block's
+// first step is a full forward that refreshes every slot's K/V, later steps compute a range of
+// slots over the cache (decode.h, DiffusionMode). The cache's block boundary is the batch's, so
+// without a schedule rows move in lockstep: a row whose block is full waits (commits nothing)
+// until every row's is, and its draws count its own working steps, not the global ones, so it
+// still does alone what it does in a batch.
 #include <sonde/error.h>
 
 #include <algorithm>
@@ -23,6 +29,12 @@ struct Window {
   std::vector<std::int64_t> masked;  // slots of the row (0..N) still masked, ascending
 };
 
+// A step's logits [B, width, V] over canvas slots [first, first + width).
+struct StepLogits {
+  Tensor logits;
+  std::int64_t first = 0, width = 0;
+};
+
 struct BlockLoop {
   DecodeForward& model;
   const DiffusionOptions& o;
@@ -31,6 +43,9 @@ struct BlockLoop {
   std::vector<std::int64_t> first_step;  // scheduled: the first global step of each block
   std::int64_t V = 0;
   bool sched = false;
+  bool cached = false;                   // block-cache or dual-cache
+  std::int64_t cache_block = -1;         // the block whose start refreshed the cache
+  std::vector<std::int64_t> row_steps;   // cached without a schedule: each row's working steps
 
   std::uint64_t seed(std::int64_t r) const { return o.seeds.empty() ? 0 : o.seeds.at(static_cast<std::size_t>(r)); }
   std::uint64_t slot(std::int64_t r, std::int64_t j) const {
@@ -64,7 +79,7 @@ struct BlockLoop {
 
   // Origin inside a block: each masked slot is revealed with probability k / n (all of them on
   // the block's last step), so a block commits k slots per step on average.
-  void origin_step(std::int64_t r, std::int64_t b, std::int64_t i, const Window& w, const Tensor& logits,
+  void origin_step(std::int64_t r, std::int64_t b, std::int64_t i, const Window& w, const StepLogits& lg,
                    std::vector<double>& conf, std::vector<std::int64_t>& transfer) {
     const auto& blk = blocks[static_cast<std::size_t>(b)];
     const std::int64_t jb = i - first_step[static_cast<std::size_t>(b)];
@@ -73,7 +88,7 @@ struct BlockLoop {
     for (auto j : w.masked) {
       if (!(counter_uniform(seed(r), static_cast<std::uint64_t>(i), slot(r, j), RngStream::Reveal) < p)) continue;
       const auto u = counter_uniform(seed(r), static_cast<std::uint64_t>(i), slot(r, j), RngStream::Token);
-      const auto ch = dream_sample_token(shifted_row(logits, r, j, c.N, V), o.sampling, u);
+      const auto ch = dream_sample_token(shifted_row(lg.logits, r, j, lg.width, V, lg.first), o.sampling, u);
       const auto at = static_cast<std::size_t>(r * c.N + j);
       conf[at] = ch.confidence;
       c.x[at] = ch.token;
@@ -83,20 +98,21 @@ struct BlockLoop {
 
   // The other algorithms: every masked slot of the window gets a token and a confidence; the k
   // most confident (ties to the lower slot), or k drawn from softmax(conf / alg_temp), commit.
-  std::int64_t ranked_step(std::int64_t r, std::int64_t b, std::int64_t i, const Window& w, const Tensor& logits,
-                           std::vector<double>& conf, std::vector<std::int64_t>& transfer) {
+  // `draw`: the step counter of the row's draws (the global step but for cached lockstep).
+  std::int64_t ranked_step(std::int64_t r, std::int64_t b, std::int64_t i, std::int64_t draw, const Window& w,
+                           const StepLogits& lg, std::vector<double>& conf, std::vector<std::int64_t>& transfer) {
     std::vector<double> wconf(static_cast<std::size_t>(w.length), kNegInf);
     std::vector<std::int32_t> x0(static_cast<std::size_t>(w.length), o.mask_id);
     for (auto j : w.masked) {
-      const auto u = counter_uniform(seed(r), static_cast<std::uint64_t>(i), slot(r, j), RngStream::Token);
-      const auto ch = dream_sample_token(shifted_row(logits, r, j, c.N, V), o.sampling, u);
+      const auto u = counter_uniform(seed(r), static_cast<std::uint64_t>(draw), slot(r, j), RngStream::Token);
+      const auto ch = dream_sample_token(shifted_row(lg.logits, r, j, lg.width, V, lg.first), o.sampling, u);
       conf[static_cast<std::size_t>(r * c.N + j)] = wconf[static_cast<std::size_t>(j - w.lo)] = ch.confidence;
       x0[static_cast<std::size_t>(j - w.lo)] = ch.token;
     }
     const auto k = count(w, b, i, wconf);
     const bool by_sampling =
         o.alg_temp && *o.alg_temp > 0 && o.sampling.alg != DiffusionAlg::ConfidenceThreshold;
-    const auto picked = by_sampling ? sample_slots(wconf.data(), w.length, k, *o.alg_temp, seed(r), i)
+    const auto picked = by_sampling ? sample_slots(wconf.data(), w.length, k, *o.alg_temp, seed(r), draw)
                                     : top_slots(wconf.data(), w.length, k);
     for (auto q : picked) {
       c.x[static_cast<std::size_t>(r * c.N + w.lo + q)] = x0[static_cast<std::size_t>(q)];
@@ -107,10 +123,39 @@ struct BlockLoop {
 
   bool full(std::int64_t r, std::int64_t b) const { return window(r, b).masked.empty(); }
 
+  // The step's forward over the canvas working on block b: the whole canvas, or with a cache a
+  // refresh at the block's first step and a range of slots after it. `recomputed` gets the slots
+  // each row's forward computed.
+  StepLogits step_forward(std::int64_t b, std::vector<std::int64_t>& recomputed) {
+    c.input.ids = c.x;
+    recomputed.clear();
+    if (!cached || b != cache_block) {
+      for (auto p : c.pad) recomputed.push_back(c.N - p);  // every real slot
+      c.input.fill_cache = cached;
+      cache_block = b;
+      return {model.forward(c.input), 0, c.N};
+    }
+    const auto& blk = blocks[static_cast<std::size_t>(b)];
+    const std::int64_t lo = c.T + blk.start, first = lo - 1;  // slot lo's logits are slot lo - 1's
+    const std::int64_t end = o.mode == DiffusionMode::DualCache ? lo + blk.length : c.N, W = end - first;
+    StepInput in;
+    in.batch = c.B;
+    in.tokens = W;
+    in.key_mask = c.input.key_mask;
+    in.slots = c.N;
+    in.first_slot = first;
+    for (std::int64_t r = 0; r < c.B; ++r) {
+      const auto row = static_cast<std::ptrdiff_t>(r * c.N);
+      in.ids.insert(in.ids.end(), c.x.begin() + row + first, c.x.begin() + row + end);
+      in.positions.insert(in.positions.end(), c.input.positions.begin() + row + first, c.input.positions.begin() + row + end);
+      recomputed.push_back(W);
+    }
+    return {model.forward(in), first, W};
+  }
+
   void run(const DiffusionCallback& on_step) {
     const std::int64_t B = c.B, nb = static_cast<std::int64_t>(blocks.size());
     std::vector<std::int64_t> cur(static_cast<std::size_t>(B), 0), recomputed;
-    for (auto p : c.pad) recomputed.push_back(c.N - p);  // no cache: every real slot, every step
     if (!sched)
       for (std::int64_t r = 0; r < B; ++r)
         while (cur[static_cast<std::size_t>(r)] < nb && full(r, cur[static_cast<std::size_t>(r)])) ++cur[static_cast<std::size_t>(r)];
@@ -121,21 +166,23 @@ struct BlockLoop {
       } else if (std::all_of(cur.begin(), cur.end(), [&](std::int64_t b) { return b >= nb; })) {
         break;
       }
-      c.input.ids = c.x;
-      const Tensor logits = model.forward(c.input);
+      // With a cache the batch works on one block: the lowest any row is in (lockstep).
+      const std::int64_t batch_block = *std::min_element(cur.begin(), cur.end());
+      const StepLogits lg = step_forward(batch_block, recomputed);
       std::vector<double> conf(static_cast<std::size_t>(B * c.N), kNaN);
       std::vector<std::vector<std::int64_t>> transfer(static_cast<std::size_t>(B));
       std::vector<std::int64_t> block(static_cast<std::size_t>(B), -1);
       std::int64_t k = 0;
       for (std::int64_t r = 0; r < B; ++r) {
-        const auto b = cur[static_cast<std::size_t>(r)];
-        if (b >= nb) continue;
+        const auto b = cached ? batch_block : cur[static_cast<std::size_t>(r)];
+        if (cur[static_cast<std::size_t>(r)] >= nb) continue;
         block[static_cast<std::size_t>(r)] = b;
         const Window w = window(r, b);
-        if (w.masked.empty()) continue;
+        if (w.masked.empty()) continue;  // cached lockstep: this row waits for the others
         auto& tr = transfer[static_cast<std::size_t>(r)];
-        if (o.sampling.alg == DiffusionAlg::Origin) origin_step(r, b, i, w, logits, conf, tr);
-        else k = std::max(k, ranked_step(r, b, i, w, logits, conf, tr));
+        const std::int64_t draw = cached && !sched ? row_steps[static_cast<std::size_t>(r)]++ : i;
+        if (o.sampling.alg == DiffusionAlg::Origin) origin_step(r, b, i, w, lg, conf, tr);
+        else k = std::max(k, ranked_step(r, b, i, draw, w, lg, conf, tr));
       }
       bool last = sched && i == o.steps - 1;
       if (!sched) {
@@ -154,6 +201,11 @@ DiffusionResult blockwise_generate(DecodeForward& model, const std::vector<std::
                                    const DiffusionOptions& o, const DiffusionCallback& on_step) {
   BlockLoop loop{model, o, make_canvas(left_pad(prompts, o.pad_id), o), diffusion_blocks(o), {0}, model.vocab_size(), false};
   loop.sched = loop.blocks.front().steps > 0;
+  loop.cached = diffusion_mode_cached(o.mode);
+  loop.row_steps.assign(static_cast<std::size_t>(loop.c.B), 0);
+  if (loop.cached && !model.has_slot_cache())
+    bad_input("diffusion_mode: {} needs a model whose forward keeps a K/V cache of bidirectional slots; this one has none",
+              diffusion_mode_name(o.mode));
   for (const auto& blk : loop.blocks) loop.first_step.push_back(loop.first_step.back() + blk.steps);
   loop.first_step.pop_back();
   loop.run(on_step);

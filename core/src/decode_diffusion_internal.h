@@ -29,9 +29,10 @@ std::vector<std::int64_t> top_slots(const double* conf, std::int64_t N, std::int
 std::vector<std::int64_t> sample_slots(const double* conf, std::int64_t N, std::int64_t k, double alg_temp,
                                        std::uint64_t seed, std::int64_t step);
 
-// The shifted logits of slot j: slot 0 keeps its own, slot j > 0 uses slot j - 1.
+// The shifted logits of slot j: slot 0 keeps its own, slot j > 0 uses slot j - 1. logits is
+// [B, N, V] over slots [first, first + N) of the canvas (first > 0: a cached range forward).
 std::span<const float> shifted_row(const Tensor& logits, std::int64_t r, std::int64_t j, std::int64_t N,
-                                   std::int64_t V);
+                                   std::int64_t V, std::int64_t first = 0);
 
 DiffusionResult make_result(const Canvas& c, const std::vector<std::vector<std::int32_t>>& prompts,
                             const DiffusionOptions& o);

@@ -23,8 +23,8 @@ nlohmann::json decoding(const RunModel& s, const std::vector<PreparedRequest>& p
   for (const auto& p : prepared) {
     const DiffusionOptions d = resolve_diffusion(p.settings, s.config());
     nlohmann::json e{{"diffusion_mode", diffusion_mode_name(d.mode)}, {"alg", diffusion_alg_name(d.sampling.alg)},
-                     {"max_new_tokens", d.max_new_tokens}, {"cache", "none"}};
-    if (d.mode == DiffusionMode::Block) e["block_size"] = d.block_size;
+                     {"max_new_tokens", d.max_new_tokens}, {"cache", diffusion_cache_name(d.mode)}};
+    if (d.mode != DiffusionMode::Exact) e["block_size"] = d.block_size;
     if (d.sampling.alg == DiffusionAlg::ConfidenceThreshold) e["threshold"] = d.threshold;
     if (d.tokens_per_step > 0) e["tokens_per_step"] = d.tokens_per_step;
     if (d.sampling.alg != DiffusionAlg::ConfidenceThreshold && d.tokens_per_step == 0) e["steps"] = d.steps;
@@ -92,7 +92,7 @@ RunMetadata run_metadata(const RunModel& s, const nlohmann::json& run_config, co
     const auto& d = config["decoding"];
     const auto& e = d.front();
     m.strings["diffusion_mode"] = d.size() == 1 ? e["diffusion_mode"].get<std::string>() : "mixed";
-    m.strings["diffusion_cache"] = "none";
+    m.strings["diffusion_cache"] = d.size() == 1 ? e["cache"].get<std::string>() : "mixed";
     if (d.size() == 1) {
       m.ints["block_size"] = e.value("block_size", e["max_new_tokens"].get<std::int64_t>());
       if (e.contains("threshold")) m.strings["threshold"] = e["threshold"].dump();

@@ -13,12 +13,29 @@ void SessionDecodeForward::reset_cache(std::int64_t batch, std::int64_t capacity
   cache_ = session_.new_kv_cache(batch, capacity);
 }
 
+// Bidirectional attention: a slot's K/V depend on the whole sequence, and the cached modes
+// reuse them across steps (an approximation the diffusion loop chooses; decode.h).
+bool SessionDecodeForward::has_slot_cache() const {
+  return use_kv_cache_ && !session_.info().causal && !session_.info().past_k.empty();
+}
+
 Tensor SessionDecodeForward::forward(const StepInput& in) {
   ForwardInput fi{in.batch, in.tokens, in.ids, in.positions, in.key_mask, &edit_call_};
   struct NextStep {  // the step counts forwards, thrown or not
     EditCall& c;
     ~NextStep() { ++c.step; }
   } next{edit_call_};
+  if (in.fill_cache || in.slots > 0) {
+    if (!has_slot_cache()) runtime_error("decode: a slot-cache forward on a model without one ({})", session_.info().arch);
+    if (in.fill_cache) {
+      if (cache_.batch != in.batch || cache_.capacity != in.tokens) cache_ = session_.new_kv_cache(in.batch, in.tokens);
+      cache_.filled = 0;
+      return session_.forward_cached(fi, cache_, taps_, tap_, in.need_logits);
+    }
+    if (cache_.filled != in.slots)
+      runtime_error("decode: a range of a {}-slot sequence but the cache holds {}", in.slots, cache_.filled);
+    return session_.forward_range(fi, cache_, in.first_slot, range_scratch_, taps_, tap_, in.need_logits);
+  }
   if (in.use_cache) {
     if (in.past != cache_.filled)
       runtime_error("decode: step reads {} cached slots but the cache holds {}", in.past, cache_.filled);

@@ -24,6 +24,16 @@ void append_rows(Tensor& cache, const TensorView& x, std::int64_t from) {
                 static_cast<std::size_t>(T * row) * sizeof(float));
 }
 
+// Copies rows [from, from + n) of every batch row of src into dst at [to, to + n); both are
+// [B, cap, nkv, d] caches.
+void copy_rows(Tensor& dst, std::int64_t to, const Tensor& src, std::int64_t from, std::int64_t n) {
+  const std::int64_t B = src.shape()[0], row = src.shape()[2] * src.shape()[3];
+  const std::int64_t scap = src.shape()[1], dcap = dst.shape()[1];
+  for (std::int64_t b = 0; b < B && n > 0; ++b)
+    std::memcpy(dst.data<float>() + (b * dcap + to) * row, src.data<float>() + (b * scap + from) * row,
+                static_cast<std::size_t>(n * row) * sizeof(float));
+}
+
 // The first `past` slots of a [B, cap, nkv, d] cache as a [B, past, nkv, d] strided view.
 TensorView past_view(const Tensor& cache, std::int64_t past) {
   TensorView v = cache.view();
@@ -132,6 +142,48 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   }, placed);
   cache.filled = P + T;
   return need_logits ? out.at("logits") : Tensor();
+}
+
+// A range reaching the end of the sequence has the AR layout: the cached slots [0, first) are the
+// past, the range the new slots. A middle range (dual cache) is given its keys as [0, first),
+// then [end, N), then its own rows: the attention is bidirectional and each cached K was rotated
+// at its own absolute position, so the order of the keys changes nothing but the order of the
+// softmax's sums (the mask is permuted alike). The copy costs (N - T) rows per layer, far less
+// than the forward it saves.
+Tensor Session::forward_range(const ForwardInput& in, KvCache& cache, std::int64_t first, KvCache& scratch,
+                              const std::set<std::string>& taps, const Executor::Tap& tap, bool need_logits) {
+  const std::int64_t N = cache.filled, T = in.tokens, end = first + T, B = in.batch;
+  if (first < 0 || T < 1 || end > N)
+    runtime_error("forward_range: slots [{}, {}) outside the cached sequence of {}", first, end, N);
+  if (!in.mask.empty() && static_cast<std::int64_t>(in.mask.size()) != B * N)
+    runtime_error("forward_range: {} mask entries for {} x {} slots", in.mask.size(), B, N);
+  if (end == N) {
+    cache.filled = first;
+    return forward_cached(in, cache, taps, tap, need_logits);
+  }
+  const std::int64_t outside = N - T;
+  if (scratch.batch != B || scratch.capacity != N || scratch.k.size() != cache.k.size()) scratch = new_kv_cache(B, N);
+  for (std::size_t l = 0; l < cache.k.size(); ++l)
+    for (auto [dst, src] : {std::pair{&scratch.k[l], &cache.k[l]}, std::pair{&scratch.v[l], &cache.v[l]}}) {
+      copy_rows(*dst, 0, *src, 0, first);
+      copy_rows(*dst, first, *src, end, N - end);
+    }
+  ForwardInput fi = in;
+  if (!in.mask.empty())
+    for (std::int64_t b = 0; b < B; ++b) {
+      const auto row = in.mask.begin() + b * N;
+      auto out = fi.mask.begin() + b * N;
+      out = std::copy(row, row + first, out);
+      out = std::copy(row + end, row + N, out);
+      std::copy(row + first, row + end, out);
+    }
+  scratch.filled = outside;
+  Tensor logits = forward_cached(fi, scratch, taps, tap, need_logits);
+  for (std::size_t l = 0; l < cache.k.size(); ++l) {
+    copy_rows(cache.k[l], first, scratch.k[l], outside, T);
+    copy_rows(cache.v[l], first, scratch.v[l], outside, T);
+  }
+  return logits;
 }
 
 }  // namespace sonde

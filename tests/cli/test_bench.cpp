@@ -219,8 +219,15 @@ TEST_F(Bench, DiffusionModesReportForwardsPerMode) {
                                      "--block-size", "4", "--tokens-per-step", "2", "--backend", "reference"});
   ASSERT_TRUE(j.contains("runs")) << j.dump();
   const auto& runs = j["runs"];
-  ASSERT_EQ(runs.size(), 4u);
+  ASSERT_EQ(runs.size(), 10u);  // exact, block x 3, block-cache x 3, dual-cache x 3
   EXPECT_EQ(runs[0]["mode"], "exact");
+  EXPECT_EQ(runs[4]["mode"], "block-cache");
+  EXPECT_EQ(runs[7]["mode"], "dual-cache");
+  for (std::size_t cached : {4u, 7u}) {  // a cache changes the cost of a forward, not their number
+    EXPECT_EQ(runs[cached]["forwards"].get<std::int64_t>(), 8);
+    EXPECT_GE(runs[cached + 1]["forwards"].get<std::int64_t>(), 2);
+    EXPECT_EQ(runs[cached + 2]["forwards"].get<std::int64_t>(), 4);
+  }
   EXPECT_EQ(runs[0]["forwards"].get<std::int64_t>(), 8);
   EXPECT_EQ(runs[1]["forwards"].get<std::int64_t>(), 8);
   EXPECT_GE(runs[2]["forwards"].get<std::int64_t>(), 2);  // threshold: between 1 and 4 slots a step

@@ -70,6 +70,48 @@ TEST_F(DiffusionModes, BadValuesOnTheCommandLineAreOneLineAndExitTwo) {
 TEST_F(DiffusionModes, AnAutoregressiveModelRefusesABlockMode) {
   EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "block"}, "qwen2"), "generate", {"diffusion_mode", "block"},
                              {"needs a diffusion model"}));
+  for (const char* mode : {"block-cache", "dual-cache"})
+    EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", mode}, "qwen2"), "generate", {"diffusion_mode", mode},
+                               {"needs a diffusion model"}));
+}
+
+TEST_F(DiffusionModes, CachedModesRefuseBadValuesLikeBlockMode) {
+  for (const char* t : {"0", "1.5"})
+    EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "dual-cache", "--alg", "confidence_threshold", "--threshold", t}),
+                               "generate", {"threshold", t}, {"outside"}));
+  EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "block-cache", "--block-size", "4", "--steps", "3"}), "generate",
+                             {"steps", "3", "4 blocks"}, {"fewer"}));
+  // A block size that does not divide the generation: the last block is shorter (10 = 4 + 4 + 2).
+  const auto o = generate({"--max-new-tokens", "10", "--diffusion-mode", "dual-cache", "--block-size", "4", "--json"});
+  ASSERT_EQ(o.exit_code, 0) << o.describe();
+  EXPECT_EQ(nlohmann::json::parse(lines_of(o.out).at(0))["completion_ids"].size(), 10u);
+}
+
+// 3 prompt slots + 8 new in blocks of 4 (slots 3..6 and 7..10), one slot per step. A block's
+// first step computes all 11 slots; later ones [2, 11) then [6, 11) (block-cache) or [2, 7) then
+// [6, 11) (dual-cache). Only computed rows are captured.
+TEST_F(DiffusionModes, CachedModesRecordAndCaptureOnlyTheRecomputedSlots) {
+  for (const std::string mode : {"block-cache", "dual-cache"}) {
+    SCOPED_TRACE(mode);
+    const auto out = dir_ / (mode + ".h5");
+    const auto o = generate({"--max-new-tokens", "8", "--diffusion-mode", mode, "--block-size", "4", "--steps", "8",
+                             "--hooks", "blocks.0.hook_resid_post", "--diffusion-capture", "all", "--out", out.string()});
+    ASSERT_EQ(o.exit_code, 0) << o.describe();
+    EXPECT_EQ(read_ints(out, "/steps/block"), (std::vector<std::int64_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+    const auto expected = mode == "block-cache" ? std::vector<std::int64_t>{11, 9, 9, 9, 11, 5, 5, 5}
+                                                : std::vector<std::int64_t>{11, 5, 5, 5, 11, 5, 5, 5};
+    EXPECT_EQ(read_ints(out, "/steps/n_recomputed"), expected);
+    const auto steps = read_ints(out, "/rows/step"), pos = read_ints(out, "/rows/pos");
+    ASSERT_EQ(steps.size(), 11u + 3 * (expected[1] + 0) + 11 + 3 * 5) << "one row per computed slot";
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const auto st = steps[i];
+      if (st == 0 || st == 4) continue;  // a refresh: every slot
+      const std::int64_t first = st < 4 ? 2 : 6, end = mode == "dual-cache" ? first + 5 : 11;
+      EXPECT_GE(pos[i], first) << "row " << i << " step " << st;
+      EXPECT_LT(pos[i], end) << "row " << i << " step " << st;
+    }
+    EXPECT_EQ(int_attr(out, "block_size"), 4);
+  }
 }
 
 TEST_F(DiffusionModes, DatasetLinesAreCheckedBeforeAnythingIsWritten) {

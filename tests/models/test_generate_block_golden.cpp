@@ -5,13 +5,24 @@
 // make-model, so a fresh clone runs it. Every decision in the goldens clears a margin (see the
 // script), so completions and per-step canvases must agree token for token. Batch cases also run
 // each prompt alone: rows leave their blocks at different steps, and each must get its own result.
+// The cached modes (block-cache, dual-cache) are checked the same way against the reference's
+// implementation of the same caching scheme, and in process (CachedForwards): every step's
+// forward is the reference's (a refresh at a block's first step, else the same slot range), the
+// logits of the recomputed slots agree within 1e-4, and a refresh is bit-identical to block
+// mode's full forward over the same canvas.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sonde/decode.h>
 #include <sonde/model_dir.h>
+#include <sonde/session.h>
+#include <sonde/session_decode.h>
 
 #include <cctype>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <ostream>
 #include <sstream>
 
@@ -35,7 +46,7 @@ const json& golden() {
 
 std::filesystem::path model() {
   static const std::filesystem::path dir = [] {
-    const auto d = temp_dir() / "block-golden-dream-tiny";
+    const auto d = process_temp_dir() / "block-golden-dream-tiny";  // shared by the process's tests
     std::filesystem::remove_all(d);
     std::vector<std::string> mm{"make-model"};
     for (const auto& a : golden()["make_model_args"]) mm.push_back(a.get<std::string>());
@@ -61,7 +72,8 @@ std::vector<std::string> flags(const json& st, const std::string& backend) {
   std::vector<std::string> a{"--model", model().string(), "--backend", backend, "--json", "--history", "--temperature", "0",
                              "--alg", st["alg"].get<std::string>(), "--max-new-tokens", std::to_string(st["max_new_tokens"].get<int>())};
   if (st.contains("block_size"))
-    a.insert(a.end(), {"--diffusion-mode", "block", "--block-size", std::to_string(st["block_size"].get<int>())});
+    a.insert(a.end(), {"--diffusion-mode", st.value("mode", std::string("block")), "--block-size",
+                       std::to_string(st["block_size"].get<int>())});
   if (st.contains("steps")) a.insert(a.end(), {"--steps", std::to_string(st["steps"].get<int>())});
   if (st.contains("threshold")) a.insert(a.end(), {"--threshold", num(st["threshold"].get<double>())});
   if (st.contains("tokens_per_step")) a.insert(a.end(), {"--tokens-per-step", std::to_string(st["tokens_per_step"].get<int>())});
@@ -109,6 +121,127 @@ TEST_P(BlockGolden, MatchesPyTorchReference) {
       EXPECT_EQ(seq, c["sequences"][r].get<Ids>());
     }
 }
+
+// ---- the cached modes in process --------------------------------------------------------------
+
+// Records every forward of a cached run and checks each refresh against a plain forward (block
+// mode's) over the same canvas, byte for byte.
+class Recording : public DecodeForward {
+ public:
+  struct Call {
+    bool refresh = false;
+    std::int64_t first = 0, width = 0;
+    Tensor logits;
+  };
+  Recording(Session& s) : cached_(s), plain_(s) {}
+  std::int64_t vocab_size() const override { return cached_.vocab_size(); }
+  bool has_slot_cache() const override { return cached_.has_slot_cache(); }
+  Tensor forward(const StepInput& in) override {
+    Tensor out = cached_.forward(in);
+    if (in.fill_cache) {
+      StepInput p = in;
+      p.fill_cache = false;
+      const Tensor full = plain_.forward(p);
+      refreshes_differing += full.view().nbytes() != out.view().nbytes() ||
+                             std::memcmp(full.data<float>(), out.data<float>(), out.view().nbytes()) != 0;
+    }
+    calls.push_back({in.fill_cache, in.first_slot, in.tokens, out});
+    return out;
+  }
+  std::vector<Call> calls;
+  int refreshes_differing = 0;
+
+ private:
+  SessionDecodeForward cached_, plain_;
+};
+
+DiffusionOptions options(const json& st, const Session& s) {
+  DiffusionOptions o;
+  o.mode = parse_diffusion_mode(st.value("mode", std::string("block")));
+  o.block_size = st["block_size"].get<std::int64_t>();
+  o.max_new_tokens = st["max_new_tokens"].get<std::int64_t>();
+  o.steps = st.value("steps", o.max_new_tokens);
+  o.sampling.alg = parse_diffusion_alg(st["alg"].get<std::string>());
+  o.sampling.temperature = 0;
+  if (st.contains("top_p")) o.sampling.top_p = st["top_p"].get<double>();
+  if (st.contains("threshold")) o.threshold = st["threshold"].get<double>();
+  if (st.contains("tokens_per_step")) o.tokens_per_step = st["tokens_per_step"].get<std::int64_t>();
+  o.mask_id = static_cast<std::int32_t>(s.info().mask_token_id);
+  o.pad_id = static_cast<std::int32_t>(s.config().pad_token_id.value_or(0));
+  return o;
+}
+
+// The reference's summary of a logits row: the columns 0, 128, ..., the max and the logsumexp.
+std::vector<double> summary(const float* row, std::int64_t V) {
+  std::vector<double> out;
+  for (std::int64_t v = 0; v < V; v += 128) out.push_back(row[v]);
+  double mx = -INFINITY, sum = 0;
+  for (std::int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+  for (std::int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+  out.push_back(mx);
+  out.push_back(mx + std::log(sum));
+  return out;
+}
+
+class CachedForwards : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CachedForwards, MatchReferenceWithin1e4AndRefreshesAreBlockModes) {
+  const json& c = golden()["cases"][GetParam().index];
+  auto s = Session::open(SessionOptions{model().string(), GetParam().backend, 1, plugin_root().string()});
+  Recording rec(*s);
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (const auto& p : c["prompts"]) prompts.push_back(p.get<std::vector<std::int32_t>>());
+  const auto res = diffusion_generate(rec, prompts, options(c["settings"], *s));
+  for (std::size_t r = 0; r < prompts.size(); ++r) {
+    const auto& want = c["sequences"][r];
+    EXPECT_EQ(res.sequences[r], want.get<std::vector<std::int32_t>>()) << "row " << r;
+  }
+  const auto& windows = c["windows"];
+  ASSERT_EQ(rec.calls.size(), windows.size());
+  EXPECT_EQ(rec.refreshes_differing, 0);
+  const std::int64_t V = s->config().vocab_size;
+  double worst = 0;
+  int refreshes = 0;
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    const auto& w = windows[i];
+    const auto& call = rec.calls[i];
+    ASSERT_EQ(call.refresh, w["refresh"].get<bool>());
+    refreshes += call.refresh;
+    if (call.refresh) continue;
+    ASSERT_EQ(call.first, w["first"].get<std::int64_t>());
+    ASSERT_EQ(call.width, w["width"].get<std::int64_t>());
+    for (std::size_t r = 0; r < w["rows"].size(); ++r)
+      for (std::size_t q = 0; q < w["rows"][r].size(); ++q) {
+        const auto got = summary(call.logits.data<float>() + (static_cast<std::int64_t>(r) * call.width + static_cast<std::int64_t>(q)) * V, V);
+        const auto want = w["rows"][r][q].get<std::vector<double>>();
+        ASSERT_EQ(got.size(), want.size());
+        for (std::size_t k = 0; k < got.size(); ++k) {
+          worst = std::max(worst, std::abs(got[k] - want[k]));
+          ASSERT_NEAR(got[k], want[k], 1e-4) << "row " << r << " slot " << call.first + static_cast<std::int64_t>(q) << " value " << k;
+        }
+      }
+  }
+  EXPECT_GT(refreshes, 0);
+  EXPECT_LT(refreshes, static_cast<int>(windows.size()));  // some steps were cached
+  std::cout << "[ cached   ] " << c["name"].get<std::string>() << ": " << windows.size() << " forwards, " << refreshes
+            << " refreshes, largest |logit - reference| " << worst << "\n";
+}
+
+std::vector<Case> cached_cases() {
+  std::vector<Case> out;
+  for (std::size_t i = 0; i < golden()["cases"].size(); ++i)
+    if (golden()["cases"][i].contains("windows"))
+      for (const char* b : {"threaded", "reference"}) out.push_back({i, b});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Dream, CachedForwards, ::testing::ValuesIn(cached_cases()), [](const auto& info) {
+  std::string n = golden()["cases"][info.param.index]["name"].template get<std::string>() + "_" + info.param.backend;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
 
 // Every case on the default backend; the reference backend (the double-precision oracle) on the
 // batches only, to keep the suite quick.

@@ -16,6 +16,15 @@ Written from docs/generation.md ("Block mode", "Parallel unmasking"), not from s
   threshold, and at least the most confident one; a row moves to its next block when its block is
   full and the loop ends when every row is done.
 * tokens_per_step K: min(K, masked slots of the block) per step, by confidence.
+* block-cache / dual-cache (Fast-dLLM's prefix and dual caches, arXiv 2505.22618 Algorithm 1,
+  as docs/generation.md "Cached modes" states them): block mode whose forwards change. A block's
+  first step is the full forward, and it keeps every slot's post-RoPE K and V (per layer). Each
+  later step of the block computes only slots [lo - 1, N) (block-cache) or [lo - 1, hi)
+  (dual-cache), lo..hi the block's slots (lo - 1: Dream's slot lo is predicted from slot lo - 1);
+  its queries attend over all N keys, the range's computed afresh and the others' from the cache,
+  and the range's K/V replace theirs in the cache. The batch works on one block: without a
+  schedule a row whose block is full waits (commits nothing) until every row's is. The logits of
+  every recomputed window are recorded (16 columns, the max and the logsumexp of each row).
 
 Only `sonde make-model` is taken from sonde (the weights), and counter_uniform's definition (the
 documented splitmix64 chain) for origin's reveals. The forward is make_generation_goldens.py's
@@ -33,7 +42,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_generation_goldens import (Model, check_forward, draw_prompts, forward_batch, left_pad,  # noqa: E402
-                                     positions, sample_tokens)
+                                     positions, ref, rope_cos_sin_at, sample_tokens)
 from make_goldens import lcg_ids, sha256  # noqa: E402
 
 MAKE_MODEL = ["--arch", "dream", "--preset", "tiny", "--seed", "33"]
@@ -54,7 +63,22 @@ CASES = [
                                              threshold="auto")),
     ("block8_threshold1", [6], dict(alg="confidence_threshold", max_new_tokens=16, block_size=8, threshold=1.0)),
     ("block8_maskgit_plus_tps3", [6], dict(alg="maskgit_plus", max_new_tokens=24, block_size=8, tokens_per_step=3)),
+    ("blockcache8_maskgit_plus_steps24", [6], dict(mode="block-cache", alg="maskgit_plus", steps=24, max_new_tokens=24,
+                                                   block_size=8)),
+    ("dualcache8_maskgit_plus_steps24", [6], dict(mode="dual-cache", alg="maskgit_plus", steps=24, max_new_tokens=24,
+                                                  block_size=8)),
+    ("dualcache8_topk_margin_len20_steps10", [7], dict(mode="dual-cache", alg="topk_margin", steps=10, max_new_tokens=20,
+                                                       block_size=8)),
+    ("batch2_blockcache8_entropy_steps12", [5, 12], dict(mode="block-cache", alg="entropy", steps=12, max_new_tokens=24,
+                                                         block_size=8)),
+    ("batch2_dualcache8_threshold", [9, 4], dict(mode="dual-cache", alg="confidence_threshold", max_new_tokens=24,
+                                                 block_size=8, threshold="auto")),
+    ("blockcache8_threshold", [6], dict(mode="block-cache", alg="confidence_threshold", max_new_tokens=24, block_size=8,
+                                        threshold="auto")),
+    ("dualcache8_entropy_tps4", [6], dict(mode="dual-cache", alg="entropy", max_new_tokens=24, block_size=8,
+                                          tokens_per_step=4)),
 ]
+LOGIT_COLUMNS = list(range(0, 2048, 128))  # the tiny preset's vocabulary is 2048
 
 
 def mix64(z):
@@ -73,6 +97,60 @@ def counter_uniform(seed, step, slot, stream):
 
 
 REVEAL = 2
+
+
+def forward_kv(m, ids, pos, allowed, cache=None, first=0):
+    """Logits [B, W, V] (float64) of slots [first, first + W) given their ids, pos [B, W], and the
+    per-layer post-RoPE (K, V) [B, N, nkv, d] of the whole sequence after the call. cache None:
+    the full forward (W = N). Otherwise the range's K/V are computed and the other slots' read
+    from `cache`; queries are the range's rows. allowed: [B, N, N] bool over all slots, or None."""
+    cfg, W = m.cfg, m.W
+    B, Wn = ids.shape
+    nh, nkv, d = cfg.nh, cfg.nkv, cfg.d
+    x = W["model.embed_tokens.weight"][ids]
+    cos, sin = rope_cos_sin_at(pos, d, cfg.theta, torch.float64)
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    kv_of = torch.arange(nh) // (nh // nkv)
+    half = d // 2
+
+    def rope(t):
+        return t * cos + torch.cat([-t[..., half:], t[..., :half]], dim=-1) * sin
+
+    qa = allowed[:, first:first + Wn] if allowed is not None else None
+    out = []
+    for layer in range(cfg.L):
+        p = f"model.layers.{layer}."
+        h = ref.rms_norm(x, W[p + "input_layernorm.weight"], cfg.eps)
+        q = (h @ W[p + "self_attn.q_proj.weight"].T + W[p + "self_attn.q_proj.bias"]).view(B, Wn, nh, d)
+        k = (h @ W[p + "self_attn.k_proj.weight"].T + W[p + "self_attn.k_proj.bias"]).view(B, Wn, nkv, d)
+        v = (h @ W[p + "self_attn.v_proj.weight"].T + W[p + "self_attn.v_proj.bias"]).view(B, Wn, nkv, d)
+        q, k = rope(q), rope(k)
+        if cache is None:
+            K, V = k, v
+        else:
+            K, V = cache[layer][0].clone(), cache[layer][1].clone()
+            K[:, first:first + Wn], V[:, first:first + Wn] = k, v
+        out.append((K, V))
+        s = torch.einsum("bthd,buhd->bhtu", q, K[:, :, kv_of, :]) * d ** -0.5
+        if qa is not None:
+            s = s.masked_fill(~qa[:, None], float("-inf"))
+        prob = torch.softmax(s, dim=-1)
+        if qa is not None:
+            prob = prob.masked_fill(~qa.any(-1)[:, None, :, None], 0.0)
+        z = torch.einsum("bhtu,buhd->bthd", prob, V[:, :, kv_of, :])
+        x = x + z.reshape(B, Wn, nh * d) @ W[p + "self_attn.o_proj.weight"].T
+        h2 = ref.rms_norm(x, W[p + "post_attention_layernorm.weight"], cfg.eps)
+        g = h2 @ W[p + "mlp.gate_proj.weight"].T
+        x = x + (g * torch.sigmoid(g) * (h2 @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
+    xf = ref.rms_norm(x, W["model.norm.weight"], cfg.eps)
+    head = W["model.embed_tokens.weight"] if cfg.tied else W["lm_head.weight"]
+    return xf @ head.T, out
+
+
+def summary(rows):
+    """What the goldens keep of logits rows [R, V]: LOGIT_COLUMNS, the max and the logsumexp,
+    rounded to 1e-7 (the test's tolerance is 1e-4)."""
+    return [[round(float(v), 7) for v in list(r[LOGIT_COLUMNS]) + [r.max(), torch.logsumexp(r, 0)]] for r in rows]
 
 
 def block_decode(m, prompts, st, seeds):
@@ -97,6 +175,10 @@ def block_decode(m, prompts, st, seeds):
         bsteps = [S * e // G - S * s // G for s, e in blocks]
         first = [sum(bsteps[:b]) for b in range(len(blocks))]
     pads = [T - len(p) for p in prompts]
+    mode = st.get("mode", "block")
+    cached = mode in ("block-cache", "dual-cache")
+    cache, cache_block = None, -1
+    windows = []  # cached modes: per step, the forward's first slot, width and per row summaries
     cur = [0] * B
     hist = []
     mg = {k: float("inf") for k in THRESHOLDS}
@@ -112,11 +194,27 @@ def block_decode(m, prompts, st, seeds):
                     cur[r] += 1
             if all(c >= len(blocks) for c in cur):
                 break
-        logits = forward_batch(m, x, tok_idx, allowed)
-        logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        if cached:
+            bb = min(cur)  # the batch's block: rows whose block is full wait
+            if bb != cache_block:
+                full, cache = forward_kv(m, x, tok_idx, allowed)
+                cache_block = bb
+                logits = torch.cat([full[:, :1], full[:, :-1]], dim=1)
+                windows.append(dict(first=0, width=N, refresh=True))
+            else:
+                lo, hi = T + blocks[bb][0], T + blocks[bb][1]
+                f0, end = lo - 1, (hi if mode == "dual-cache" else N)
+                part, cache = forward_kv(m, x[:, f0:end], tok_idx[:, f0:end], allowed, cache, f0)
+                logits = torch.full((B, N, part.shape[2]), float("nan"), dtype=torch.float64)
+                logits[:, f0 + 1:end + 1] = part[:, :N - f0 - 1]  # slot j's logits are slot j - 1's
+                windows.append(dict(first=f0, width=end - f0, refresh=False,
+                                    rows=[summary(part[r, :hi - 1 - f0]) for r in range(B)]))
+        else:
+            logits = forward_batch(m, x, tok_idx, allowed)
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
         for r in range(B):
-            b = cur[r]
-            if b >= len(blocks):
+            b = min(cur) if cached else cur[r]
+            if cur[r] >= len(blocks):
                 continue
             lo, hi = T + blocks[b][0], T + blocks[b][1]
             masked = [j for j in range(lo, hi) if int(x[r, j]) == mask_id]
@@ -158,7 +256,7 @@ def block_decode(m, prompts, st, seeds):
         hist.append([x[r, pads[r]:].tolist() for r in range(B)])
         i += 1
     return dict(sequences=[x[r, pads[r]:].tolist() for r in range(B)],
-                history=[[h[r] for h in hist] for r in range(B)], margins=mg)
+                history=[[h[r] for h in hist] for r in range(B)], margins=mg, windows=windows)
 
 
 def safe(margins, alg):
@@ -219,8 +317,15 @@ def main():
         for ci, case in enumerate(CASES):
             prompts, attempt, s, res = run_case(m, case, 3300 + ci)
             margins = {k: (v if v != float("inf") else None) for k, v in res["margins"].items()}
-            out["cases"].append({"name": case[0], "settings": s, "prompts": prompts, "sequences": res["sequences"],
-                                 "history": res["history"], "margins": margins})
+            c = {"name": case[0], "settings": s, "prompts": prompts, "sequences": res["sequences"],
+                 "history": res["history"], "margins": margins}
+            if res["windows"]:
+                c["windows"] = res["windows"]
+                plain = dict(s)
+                plain.pop("mode")  # the same case in block mode, for the report beside exact
+                c["block_mode_sequences"] = block_decode(m, prompts, plain, [s.get("seed", 0) + r for r in
+                                                                             range(len(prompts))])["sequences"]
+            out["cases"].append(c)
             print(f"  {case[0]}: prompts {[len(p) for p in prompts]} (attempt {attempt}) steps {len(res['history'][0])} "
                   + ", ".join(f"{k} {v:.3g}" for k, v in res["margins"].items() if v != float("inf")))
     with open(a.out, "w") as f:

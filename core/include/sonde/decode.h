@@ -24,6 +24,15 @@ struct StepInput {
   std::vector<std::uint8_t> key_mask;
   bool use_cache = false;  // read `past` cached slots and append these T slots (AR only)
   bool need_logits = true;  // false: the caller only wants taps (and the cache); logits may be empty
+  // Diffusion K/V caching (DecodeForward::has_slot_cache; docs/generation.md, "Cached modes").
+  // fill_cache: a full forward (past 0, every slot) that also keeps every slot's post-RoPE K and V.
+  // slots > 0: ids/positions are slots [first_slot, first_slot + tokens) of a sequence of `slots`
+  // whose K/V the cache holds; only these rows are computed, the other slots' keys and values
+  // are read from the cache and this call's are written back over theirs. K is cached after
+  // RoPE at its own absolute position, so a row's K is valid wherever it is read. key_mask is
+  // [B, slots] (slot order) or empty.
+  bool fill_cache = false;
+  std::int64_t slots = 0, first_slot = 0;
 };
 
 // Receives a hook's value [B, T, *row_shape] during a forward; the view dies with the call.
@@ -38,6 +47,8 @@ class DecodeForward {
   virtual bool has_kv_cache() const { return false; }
   // Allocates the cache once for a sequence batch: `capacity` slots per row.
   virtual void reset_cache(std::int64_t /*batch*/, std::int64_t /*capacity*/) {}
+  // Whether forward() accepts fill_cache and slot ranges (StepInput): bidirectional models.
+  virtual bool has_slot_cache() const { return false; }
   // Logits [B, T, V] f32.
   virtual Tensor forward(const StepInput& in) = 0;
   // Later forwards deliver the hooks named in `hooks` to `tap` (capture.h). Empty: none, at no
@@ -95,10 +106,20 @@ std::vector<Completion> generate_autoregressive(DecodeForward& model,
 // exact: Dream's diffusion_generate over the whole canvas (the default and the oracle). block:
 // the generation is cut into blocks of block_size slots (the last one shorter when block_size does
 // not divide max_new_tokens) filled left to right; only the current block's masked slots get a
-// confidence and can be committed (docs/generation.md, "Block mode").
-enum class DiffusionMode { Exact, Block };
-DiffusionMode parse_diffusion_mode(std::string_view name);  // "exact", "block"
+// confidence and can be committed (docs/generation.md, "Block mode"). block-cache and dual-cache
+// are block mode with Fast-dLLM's K/V caches (arXiv 2505.22618; docs/generation.md, "Cached
+// modes"): the first step of a block is a full forward that refreshes every slot's K/V; later
+// steps of the block recompute slots [lo - 1, N) (block-cache: the block and the masked suffix
+// over the cached prefix) or [lo - 1, hi) (dual-cache: the block alone over cached prefix and
+// suffix), lo..hi the block's slots; lo - 1 because Dream's slot lo is predicted from slot lo - 1.
+// They approximate block mode (cached K/V are those of the block's start) and need a model with
+// a slot cache (DecodeForward::has_slot_cache).
+enum class DiffusionMode { Exact, Block, BlockCache, DualCache };
+DiffusionMode parse_diffusion_mode(std::string_view name);  // "exact", "block", "block-cache", "dual-cache"
 std::string_view diffusion_mode_name(DiffusionMode mode);
+bool diffusion_mode_cached(DiffusionMode mode);  // block-cache or dual-cache
+// The root attribute / run config's "cache" of a mode: "none", "prefix" or "dual".
+std::string_view diffusion_cache_name(DiffusionMode mode);
 
 struct DiffusionOptions {
   DiffusionMode mode = DiffusionMode::Exact;

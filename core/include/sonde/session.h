@@ -80,6 +80,13 @@ class Session {
   // need_logits the LM head is skipped and an empty tensor returned.
   Tensor forward_cached(const ForwardInput& in, KvCache& cache, const std::set<std::string>& taps,
                         const Executor::Tap& tap, bool need_logits = true);
+  // Diffusion caching (decode.h, StepInput::slots): a forward over slots [first, first + T) of a
+  // sequence whose every slot's K/V the cache holds (cache.filled slots). Queries are these
+  // rows; every other slot's keys and values are read from the cache, and these rows' are
+  // computed and written back over theirs. in.mask covers the whole sequence in slot order
+  // ([B, filled]) or is empty. `scratch` is working space kept by the caller between calls.
+  Tensor forward_range(const ForwardInput& in, KvCache& cache, std::int64_t first, KvCache& scratch,
+                       const std::set<std::string>& taps, const Executor::Tap& tap, bool need_logits = true);
 
   // Plans and runs a graph built over this session's weights (GraphBuilder with backend().weight)
   // on its backend, with reference fallback; for small computations beside the model (the logit

@@ -13,6 +13,7 @@ class SessionDecodeForward : public DecodeForward {
   std::int64_t vocab_size() const override { return session_.config().vocab_size; }
   bool has_kv_cache() const override;
   void reset_cache(std::int64_t batch, std::int64_t capacity) override;
+  bool has_slot_cache() const override;
   Tensor forward(const StepInput& in) override;
   void set_taps(const std::vector<std::string>& hooks, HookTap tap) override;
   // The sequences of the next generation, for the session's edits: each row's prompt length and
@@ -23,6 +24,7 @@ class SessionDecodeForward : public DecodeForward {
   Session& session_;
   bool use_kv_cache_;
   KvCache cache_;
+  KvCache range_scratch_;  // Session::forward_range's working space (dual cache)
   std::set<std::string> taps_;
   HookTap tap_;
   EditCall edit_call_;
