@@ -24,6 +24,9 @@
 
 #include <immintrin.h>
 
+#include <array>
+#include <utility>
+
 namespace sonde::threaded {
 namespace {
 
@@ -175,49 +178,114 @@ template <WType T> void gemv_t(const float* x, i64 M, i64 ldx, const void* W, i6
   }
 }
 
-// The GEMM on an f32 panel P (N rows of K, row-major) in cache: the same Block steps as the GEMV,
-// so every output is summed in the GEMV's order, with the operands blocked for reuse: per chunk
-// of kPanelRows W rows and K block of kKb elements (16 KB: L1), each group of 3 x rows runs
-// against the chunk's rows 4 at a time, its partial sums carried between K blocks in `scratch`.
-constexpr i64 kPanelRows = 8, kKb = 1024, kXChunk = 48;
+// The GEMM on an f32 panel P (N rows of K, row-major) in cache, every output summed exactly as
+// the GEMV sums it. The GEMV's two accumulators of an output (lanes of K elements 32s + j and
+// 32s + 16 + j) never meet before the end, so each half of K runs as a pass of its own: a tile
+// of 4 x rows by 6 W rows holds 24 one-half accumulators (the GEMV's block holds both halves,
+// 3 x 4), and a step loads 4 x vectors and 6 W vectors for 24 FMAs, where the GEMV's block
+// needed 7 (or 15 with folded W loads) for 12: the FMA units, not the loads, set the pace, as
+// in an outer-product kernel. Blocking: per chunk of kXChunk x rows, each tile's 6 W rows over a
+// K block of kKb elements (24 KB: L1) meet every x tile; the unreduced accumulators carry from
+// one K block to the next in `scratch`. At the end the halves are added and the 16 lanes
+// reduced as the GEMV does.
+constexpr i64 kTm = 4, kTr = 6, kKb = 1024, kXChunk = 48;
 
-template <int MG> void panel_group(const float* x, i64 ldx, const float* P, i64 K, i64 r0, i64 r1, i64 k0, i64 k1,
-                                   float* y, i64 ldy, float* s) {
-  const char* base = reinterpret_cast<const char*>(P);
-  const i64 rowbytes = K * 4;
+template <int MT, int RT> struct HalfTile {
+  __m512 acc[MT][RT];
+
+  // One half (h) of the steps over [k0, k1) of K: k0 a multiple of kStep, k1 too or K (the
+  // tail step masked as the GEMV masks it, its FMAs done even where every lane is zero).
+  void steps(const float* x, i64 ldx, const float* w, i64 ldw, i64 k0, i64 k1, int h) {
+    i64 k = k0;
+    for (; k + kStep <= k1; k += kStep) {
+      __m512 xv[MT];
+      for (int m = 0; m < MT; ++m) xv[m] = _mm512_loadu_ps(x + m * ldx + k + 16 * h);
+      for (int r = 0; r < RT; ++r) {
+        __m512 wv = _mm512_loadu_ps(w + r * ldw + k + 16 * h);
+        asm("" : "+v"(wv));  // one load feeding MT FMAs, not MT folded loads
+        for (int m = 0; m < MT; ++m) acc[m][r] = _mm512_fmadd_ps(wv, xv[m], acc[m][r]);
+      }
+    }
+    if (k < k1) {
+      const __mmask16 mask = lanes(k1 - k - 16 * h);
+      __m512 xv[MT];
+      for (int m = 0; m < MT; ++m) xv[m] = _mm512_maskz_loadu_ps(mask, x + m * ldx + k + 16 * h);
+      for (int r = 0; r < RT; ++r) {
+        const __m512 wv = _mm512_maskz_loadu_ps(mask, w + r * ldw + k + 16 * h);
+        for (int m = 0; m < MT; ++m) acc[m][r] = _mm512_fmadd_ps(wv, xv[m], acc[m][r]);
+      }
+    }
+  }
+  // Scratch of (x row m, W row r): s + (m * kTr + r) * 32, half h at + 16 h.
+  void load(const float* s, int h) {
+    for (int m = 0; m < MT; ++m)
+      for (int r = 0; r < RT; ++r) acc[m][r] = _mm512_loadu_ps(s + (m * kTr + r) * 32 + 16 * h);
+  }
+  void zero() {
+    for (int m = 0; m < MT; ++m)
+      for (int r = 0; r < RT; ++r) acc[m][r] = _mm512_setzero_ps();
+  }
+  void store(float* s, int h) const {
+    for (int m = 0; m < MT; ++m)
+      for (int r = 0; r < RT; ++r) _mm512_storeu_ps(s + (m * kTr + r) * 32 + 16 * h, acc[m][r]);
+  }
+};
+
+// x rows [0, MT) against W rows [0, RT) over the K block [k0, k1); s holds the tile's carried sums.
+template <int MT, int RT> void tile(const float* x, i64 ldx, const float* w, i64 K, i64 k0, i64 k1, float* y, i64 ldy,
+                                    float* s) {
   const bool first = k0 == 0, last = k1 == K;
-  i64 r = r0;
-  for (; r + 4 <= r1; r += 4) {
-    Block<WType::f32, MG, 4> b;
-    if (first) b.zero(); else b.load(s + (r - r0) * 32, kPanelRows);
-    b.steps(x, ldx, base + r * rowbytes, rowbytes, k0, k1);
-    if (last) b.finish(y + r, ldy, 1); else b.store(s + (r - r0) * 32, kPanelRows);
+  if (first && last) {  // one K block: the first half waits in scratch, the second stays in registers
+    HalfTile<MT, RT> t;
+    t.zero();
+    t.steps(x, ldx, w, K, k0, k1, 0);
+    t.store(s, 0);
+    t.zero();
+    t.steps(x, ldx, w, K, k0, k1, 1);
+    for (int m = 0; m < MT; ++m)
+      for (int r = 0; r < RT; ++r)
+        y[m * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(s + (m * kTr + r) * 32), t.acc[m][r]));
+    return;
   }
-  for (; r < r1; ++r) {
-    Block<WType::f32, MG, 1> b;
-    if (first) b.zero(); else b.load(s + (r - r0) * 32, kPanelRows);
-    b.steps(x, ldx, base + r * rowbytes, rowbytes, k0, k1);
-    if (last) b.finish(y + r, ldy, 1); else b.store(s + (r - r0) * 32, kPanelRows);
+  for (int h = 0; h < 2; ++h) {
+    HalfTile<MT, RT> t;
+    if (first) t.zero(); else t.load(s, h);
+    t.steps(x, ldx, w, K, k0, k1, h);
+    t.store(s, h);
   }
+  if (last)
+    for (int m = 0; m < MT; ++m)
+      for (int r = 0; r < RT; ++r) {
+        const float* p = s + (m * kTr + r) * 32;
+        y[m * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)));
+      }
 }
+
+using TileFn = void (*)(const float*, i64, const float*, i64, i64, i64, float*, i64, float*);
+
+template <int MT, int... RT> constexpr std::array<TileFn, sizeof...(RT)> tile_row(std::integer_sequence<int, RT...>) {
+  return {tile<MT, RT + 1>...};
+}
+// kTiles[mt - 1][rt - 1]: the edge tiles too (every shape runs at the full tile's order).
+constexpr std::array<std::array<TileFn, kTr>, kTm> kTiles = {
+    tile_row<1>(std::make_integer_sequence<int, kTr>{}), tile_row<2>(std::make_integer_sequence<int, kTr>{}),
+    tile_row<3>(std::make_integer_sequence<int, kTr>{}), tile_row<4>(std::make_integer_sequence<int, kTr>{})};
 
 }  // namespace
 
-// scratch: kXChunk * kPanelRows * 32 floats.
+// scratch: kXChunk * kTr * 32 floats (<= kGemmPanelScratch per x row).
 void gemm_panel_avx512(const float* x, i64 M, i64 ldx, const float* P, i64 N, i64 K, float* y, i64 ldy, float* scratch) {
+  static_assert(kTr * 32 <= kGemmPanelScratch);
   for (i64 m0 = 0; m0 < M; m0 += kXChunk) {
     const i64 m1 = m0 + kXChunk < M ? m0 + kXChunk : M;
-    for (i64 r0 = 0; r0 < N; r0 += kPanelRows) {
-      const i64 r1 = r0 + kPanelRows < N ? r0 + kPanelRows : N;
+    for (i64 r = 0; r < N; r += kTr) {
+      const i64 rt = N - r < kTr ? N - r : kTr;
       for (i64 k0 = 0; k0 < K; k0 += kKb) {
         const i64 k1 = k0 + kKb < K ? k0 + kKb : K;
-        for (i64 m = m0; m < m1;) {
-          float* s = scratch + (m - m0) * kPanelRows * 32;
-          const float* xm = x + m * ldx;
-          float* ym = y + m * ldy;
-          if (m1 - m >= 3) panel_group<3>(xm, ldx, P, K, r0, r1, k0, k1, ym, ldy, s), m += 3;
-          else if (m1 - m == 2) panel_group<2>(xm, ldx, P, K, r0, r1, k0, k1, ym, ldy, s), m += 2;
-          else panel_group<1>(xm, ldx, P, K, r0, r1, k0, k1, ym, ldy, s), m += 1;
+        for (i64 m = m0; m < m1; m += kTm) {
+          const i64 mt = m1 - m < kTm ? m1 - m : kTm;
+          kTiles[static_cast<std::size_t>(mt - 1)][static_cast<std::size_t>(rt - 1)](
+              x + m * ldx, ldx, P + r * K, K, k0, k1, y + m * ldy + r, ldy, scratch + (m - m0) * kTr * 32);
         }
       }
     }

@@ -92,7 +92,8 @@ void q8_gemv(const Q8Act& x, i64 M, const Q8Rows& w, i64 n0, i64 n1, float* y, i
   for (i64 m = 0; m < M;) {
     const Q8Act xm{x.q + m * x.kp, x.scale + m * (x.kp / kQ8Block), x.kp};
     const i64 left = M - m;
-    if (left >= 3) q8_gemv_m<3>(xm, w, n0, n1, y + m * ldy, ldy), m += 3;
+    if (left >= 4) q8_gemv_m<4>(xm, w, n0, n1, y + m * ldy, ldy), m += 4;  // 16 accumulators: 28 zmm live
+    else if (left == 3) q8_gemv_m<3>(xm, w, n0, n1, y + m * ldy, ldy), m += 3;
     else if (left == 2) q8_gemv_m<2>(xm, w, n0, n1, y + m * ldy, ldy), m += 2;
     else q8_gemv_m<1>(xm, w, n0, n1, y + m * ldy, ldy), m += 1;
   }
