@@ -228,6 +228,15 @@ TEST_P(CachedForwards, MatchReferenceWithin1e4AndRefreshesAreBlockModes) {
             << " refreshes, largest |logit - reference| " << worst << "\n";
 }
 
+// A gtest parameter name: the golden case's name and the backend, with only [A-Za-z0-9_].
+std::string case_name(const Case& c) {
+  std::string n = golden()["cases"][c.index]["name"].get<std::string>();
+  n.append("_").append(c.backend);
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
 std::vector<Case> cached_cases() {
   std::vector<Case> out;
   for (std::size_t i = 0; i < golden()["cases"].size(); ++i)
@@ -236,12 +245,7 @@ std::vector<Case> cached_cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Dream, CachedForwards, ::testing::ValuesIn(cached_cases()), [](const auto& info) {
-  std::string n = golden()["cases"][info.param.index]["name"].template get<std::string>() + "_" + info.param.backend;
-  for (char& ch : n)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-});
+INSTANTIATE_TEST_SUITE_P(Dream, CachedForwards, ::testing::ValuesIn(cached_cases()), [](const auto& info) { return case_name(info.param); });
 
 // Every case on the default backend; the reference backend (the double-precision oracle) on the
 // batches only, to keep the suite quick.
@@ -255,12 +259,7 @@ std::vector<Case> cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Dream, BlockGolden, ::testing::ValuesIn(cases()), [](const auto& info) {
-  std::string n = golden()["cases"][info.param.index]["name"].template get<std::string>() + "_" + info.param.backend;
-  for (char& ch : n)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-});
+INSTANTIATE_TEST_SUITE_P(Dream, BlockGolden, ::testing::ValuesIn(cases()), [](const auto& info) { return case_name(info.param); });
 
 }  // namespace
 }  // namespace sonde::test
