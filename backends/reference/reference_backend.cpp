@@ -7,7 +7,7 @@ namespace sonde::reference {
 void ReferenceBackend::init(const BackendOptions&) {}
 
 BackendInfo ReferenceBackend::info() const {
-  return {"reference", "naive loops with double accumulation (the test oracle)", 1};
+  return {"reference", "naive loops with double accumulation (the test oracle); batch-invariant", 1};
 }
 
 bool ReferenceBackend::supports(const Node& node, std::span<const DType> input_dtypes) const {

@@ -148,6 +148,8 @@ TensorView ShardedBackend::upload(const std::string& name, const TensorView& src
 ProcessGroup* ShardedBackend::process_group() { return g_world; }
 
 BackendInfo ShardedBackend::info() const {
+  if (!local_)  // asked before init (`sonde plugins`)
+    return {"sharded", "Open MPI ranks over a local backend: tensor- and data-parallel", 0};
   const BackendInfo l = local_->info();
   return BackendInfo{"sharded",
                      "MPI rank " + std::to_string(world_->rank()) + " of " + std::to_string(world_->size()) + " on " + l.name,

@@ -129,8 +129,10 @@ void ThreadedBackend::init(const BackendOptions& options) {
 }
 
 BackendInfo ThreadedBackend::info() const {
+  if (!kernels_ || !pool_)  // asked before init (`sonde plugins`)
+    return {"threaded", "CPU, own thread pool, the host's widest vector kernels, weights native or q8; batch-invariant", 0};
   return {"threaded",
-          fmt::format("CPU, own thread pool, {} kernels, weights {} (bf16/f16 read in place)", kernels_->name,
+          fmt::format("CPU, own thread pool, {} kernels, weights {} (bf16/f16 read in place); batch-invariant", kernels_->name,
                       q8_ ? "q8" : "native"),
           pool_->size()};
 }

@@ -104,6 +104,9 @@ TEST_F(Commands, PluginsListsTheFiveBuiltPlugins) {
   ASSERT_EQ(o.exit_code, 0) << o.describe();
   for (const char* p : {"backend reference ", "backend cpu-blas ", "model qwen2 ", "model dream ", "sink hdf5 "})
     EXPECT_NE(o.out.find(p), std::string::npos) << p << "\n" << o.describe();
+  // Each backend says whether a prompt's numbers depend on its micro-batch (docs/backends.md).
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(backend cpu-blas [^\n]*\n    [^\n]*not batch-invariant)"))) << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(backend threaded [^\n]*\n    [^\n]*; batch-invariant)"))) << o.out;
   const Outcome j = run({"plugins", "--json"});
   ASSERT_EQ(j.exit_code, 0) << j.describe();
   const json listing = json::parse(j.out);
@@ -111,6 +114,7 @@ TEST_F(Commands, PluginsListsTheFiveBuiltPlugins) {
   for (const auto& p : listing.at("plugins")) {
     found.insert(p.at("kind").get<std::string>() + "/" + p.at("name").get<std::string>());
     EXPECT_TRUE(fs::exists(p.at("path").get<std::string>())) << p.dump();
+    EXPECT_EQ(p.at("description").get<std::string>().empty(), p.at("kind") != "backend") << p.dump();
   }
   for (const char* p : {"backend/reference", "backend/cpu-blas", "model/qwen2", "model/dream", "sink/hdf5"})
     EXPECT_EQ(found.count(p), 1u) << p;

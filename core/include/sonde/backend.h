@@ -37,6 +37,8 @@ enum class Split { None, Rows, Cols };
 class Backend : public Plugin {
  public:
   virtual void init(const BackendOptions& options) = 0;
+  // Answers before init() too (`sonde plugins` shows the description, which says whether the
+  // backend is batch-invariant); threads is 0 until init().
   virtual BackendInfo info() const = 0;
   // Whether run() handles this node with these input dtypes. Decided by op and dtypes, not by
   // shapes: a plan is reused when a graph's shapes change.
