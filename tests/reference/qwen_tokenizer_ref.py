@@ -2,15 +2,21 @@
 """An independent reference for the Qwen2.5 tokenizer: GPT-2 style byte-level BPE.
 
 Written from the algorithm's description (Radford et al. 2019, "Language Models are Unsupervised
-Multitask Learners", section 2.2; the Qwen2 pre-tokenizer regex and the NFC normalizer as the
-Qwen2.5 tokenizer.json states them), not from sonde's C++ or any other implementation. Needs only
-Python 3 and Debian's python3-regex (for \\p{L}, \\p{N} and \\p{White_Space}).
+Multitask Learners", section 2.2; BPE training as in Sennrich et al. 2016, "Neural Machine
+Translation of Rare Words with Subword Units", section 3.2; the Qwen2 pre-tokenizer regex and the
+NFC normalizer as the Qwen2.5 tokenizer.json states them), not from sonde's C++ or any other
+implementation. Needs only Python 3 and Debian's python3-regex (for \\p{L}, \\p{N}, White_Space).
 
-    qwen_tokenizer_ref.py generate OUT.jsonl   write the cases of CASES below with their ids
-    qwen_tokenizer_ref.py check CASES.jsonl    recompute every case of a file; exit 1 on a difference
+    qwen_tokenizer_ref.py train OUTDIR                  train the suite's own vocabulary
+    qwen_tokenizer_ref.py retrain VOCABDIR              train again; exit 1 unless the files are the same
+    qwen_tokenizer_ref.py generate VOCABDIR OUT.jsonl   write the cases of CASES with their ids
+    qwen_tokenizer_ref.py check VOCABDIR CASES.jsonl    recompute every case; exit 1 on a difference
 
-The data are tests/data/qwen2.5-tokenizer/{vocab.json,merges.txt} and the 22 added tokens of
-ADDED (ids 151643..151664; the same table is in tests/support/qwen_tokenizer.h).
+A VOCABDIR holds vocab.json and merges.txt in Qwen2.5's layout. The suite's own one,
+tests/data/bpe-vocab, is trained by `train` on TRAIN_TEXT and the texts of CASES (so a fresh
+clone tests the tokenizer without third-party files); ../shared/fixtures/qwen2.5-tokenizer holds
+the real Qwen2.5 vocabulary. Both get the 22 added tokens of ADDED (ids 151643..151664, Qwen2.5's
+ids; the same table is in tests/support/qwen_tokenizer.h).
 Steps of encode: split out added tokens (leftmost, longest; they match the raw text) -> NFC each
 remaining piece -> split it with the pre-tokenizer regex -> map each piece's UTF-8 bytes to the
 byte alphabet -> merge adjacent symbols, lowest merge rank first -> look the symbols up in vocab.
@@ -18,6 +24,7 @@ Decode concatenates token bytes and decodes UTF-8 with U+FFFD for invalid parts.
 """
 import json
 import sys
+import tempfile
 import unicodedata
 from pathlib import Path
 
@@ -27,8 +34,6 @@ except ImportError:  # ctest counts this as a skip for a missing package (tests/
     print("qwen_tokenizer_ref.py: Skipped\nskipped: missing package python3-regex\n[  SKIPPED ] qwen_tokenizer_ref.py")
     sys.exit(77)
 
-DATA = Path(__file__).resolve().parent.parent / "data"
-VOCAB_DIR = DATA / "qwen2.5-tokenizer"
 
 # (id, content, special): Qwen2.5's added tokens; all have lstrip/rstrip/normalized false.
 ADDED = [
@@ -64,7 +69,8 @@ def byte_alphabet():
 
 
 class Tokenizer:
-    def __init__(self, vocab_dir=VOCAB_DIR):
+    def __init__(self, vocab_dir):
+        vocab_dir = Path(vocab_dir)
         self.vocab = json.loads((vocab_dir / "vocab.json").read_text(encoding="utf-8"))
         self.ranks = {}
         for line in (vocab_dir / "merges.txt").read_text(encoding="utf-8").split("\n"):
@@ -208,16 +214,104 @@ def dumps(record):
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
-def generate(out):
-    tok = Tokenizer()
+# Text written for this project to train the suite's own vocabulary (with the texts of CASES):
+# English prose, code and a few other scripts, so that merges cover words, indentation, digits
+# and multi-byte characters while many characters stay split into byte tokens.
+TRAIN_TEXT = """\
+sonde runs language models from their checkpoints and streams what happens inside them to HDF5.
+The model reads the tokens of the prompt, and every layer writes its activations to the file.
+Researchers train sparse autoencoders on the activations, fit probes and find steering vectors.
+A diffusion model makes the text by unmasking the tokens over the denoising steps; the masked
+positions are predicted in parallel, and the most confident ones are committed at each step.
+The tokenizer splits the text into words, the words into bytes, and merges the bytes again.
+def forward(self, tokens, positions):
+    hidden = self.embed(tokens)
+    for layer in self.layers:
+        hidden = layer(hidden, positions)
+    return self.norm(hidden)
+
+int main(int argc, char** argv) {
+    for (int i = 0; i < argc; ++i) {
+        std::cout << argv[i] << std::endl;
+    }
+    return 0;
+}
+In 2024 the model had 494032768 parameters, 24 layers and 14 heads; 0.5 B, 1.5 B, 3 B and 7 B.
+数据科学家正在分析模型的激活值。模型的每一层都写入文件。
+東京は日本の首都です。モデルはトークンを読みます。
+안녕하세요, 세계! 모델은 토큰을 읽습니다.
+Привет, мир! Модель читает токены.
+"""
+
+
+def train(out_dir, merges_wanted=1200):
+    """BPE training: words (pre-tokenized, NFC, in the byte alphabet) with their counts; each
+    round merges the most frequent adjacent pair (ties: the pair that sorts first), until
+    `merges_wanted` merges or no pair occurs twice. vocab.json: the 256 byte symbols (ids 0..255
+    in byte order), then each merge's result in merge order."""
+    to_char = byte_alphabet()
+    texts = [TRAIN_TEXT] + [t for _, t in CASES if isinstance(t, str)]
+    words = {}
+    for text in texts:
+        for word in PRETOKENIZE.findall(unicodedata.normalize("NFC", text)):
+            key = tuple(to_char[b] for b in word.encode("utf-8"))
+            words[key] = words.get(key, 0) + 1
+    merges = []
+    while len(merges) < merges_wanted:
+        pairs = {}
+        for symbols, count in words.items():
+            for pair in zip(symbols, symbols[1:]):
+                pairs[pair] = pairs.get(pair, 0) + count
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        if pairs[best] < 2:
+            break
+        merges.append(best)
+        merged_words = {}
+        for symbols, count in words.items():
+            out, k = [], 0
+            while k < len(symbols):
+                if k + 1 < len(symbols) and (symbols[k], symbols[k + 1]) == best:
+                    out.append(symbols[k] + symbols[k + 1])
+                    k += 2
+                else:
+                    out.append(symbols[k])
+                    k += 1
+            merged_words[tuple(out)] = merged_words.get(tuple(out), 0) + count
+        words = merged_words
+    vocab = {to_char[b]: b for b in range(256)}
+    for left, right in merges:
+        vocab.setdefault(left + right, len(vocab))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
+    (out / "merges.txt").write_text("".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
+    print(f"trained {len(merges)} merges, {len(vocab)} tokens into {out}")
+    return 0
+
+
+def retrain(vocab_dir):
+    with tempfile.TemporaryDirectory() as tmp:
+        train(tmp)
+        differ = [f for f in ("vocab.json", "merges.txt") if (Path(tmp) / f).read_bytes() != (Path(vocab_dir) / f).read_bytes()]
+    for f in differ:
+        print(f"MISMATCH {Path(vocab_dir) / f}: training gives other bytes (regenerate with `train`)")
+    print(f"{vocab_dir}: " + ("differs from a new training" if differ else "the same as a new training"))
+    return 1 if differ else 0
+
+
+def generate(vocab_dir, out):
+    tok = Tokenizer(vocab_dir)
     lines = [dumps(case_record(tok, name, text)) for name, text in CASES]
     Path(out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {len(lines)} cases to {out}")
+    return 0
 
 
-def check(path):
+def check(vocab_dir, path):
     """Recomputes ids, decoded text and error offsets; works on ../shared's cases.jsonl too."""
-    tok, bad, n = Tokenizer(), 0, 0
+    tok, bad, n = Tokenizer(vocab_dir), 0, 0
     for line in Path(path).read_text(encoding="utf-8").split("\n"):
         if not line.strip():
             continue
@@ -228,11 +322,12 @@ def check(path):
         for key in wrong:
             print(f"MISMATCH {case.get('name')}: {key} is {case[key]!r}, the reference gives {want.get(key)!r}")
         bad += bool(wrong)
-    print(f"{n - bad}/{n} cases agree with the reference ({path})")
+    print(f"{n - bad}/{n} cases agree with the reference ({path}, vocabulary {vocab_dir})")
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("generate", "check"):
+    commands = {"train": (train, 1), "retrain": (retrain, 1), "generate": (generate, 2), "check": (check, 2)}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands or len(sys.argv) != 2 + commands[sys.argv[1]][1]:
         sys.exit(__doc__)
-    sys.exit(generate(sys.argv[2]) if sys.argv[1] == "generate" else check(sys.argv[2]))
+    sys.exit(commands[sys.argv[1]][0](*sys.argv[2:]))

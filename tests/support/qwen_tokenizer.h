@@ -1,8 +1,10 @@
 #pragma once
-// The real Qwen2.5 vocabulary committed under tests/data/qwen2.5-tokenizer (vocab.json and
-// merges.txt, see its NOTICE.md) plus the added tokens stated below, in the layouts the tests
-// need, built once per process in process_temp_dir() (removed at exit). Nothing here reads
-// ../shared; the *Shared suites compare these facts with its files.
+// Qwen2.5-style tokenizers for the tests: a vocabulary (vocab.json + merges.txt) plus the added
+// tokens stated below, in the layouts the tests need, built once per process in
+// process_temp_dir() (removed at exit). The suite's own vocabulary, tests/data/bpe-vocab, is
+// trained by tests/reference/qwen_tokenizer_ref.py on the project's own text, so a fresh clone
+// tests every tokenizer path without third-party files; the real Qwen2.5 vocabulary is read from
+// ../shared (*Shared suites only).
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -15,7 +17,10 @@
 
 namespace sonde::test {
 
-inline std::filesystem::path own_tokenizer_data() { return data_dir() / "qwen2.5-tokenizer"; }
+inline std::filesystem::path own_tokenizer_data() { return data_dir() / "bpe-vocab"; }
+
+// ../shared's copy of the Qwen2.5 / Dream tokenizer files (used only by *Shared suites).
+inline std::filesystem::path shared_tokenizer_fixture() { return shared_dir() / "fixtures/qwen2.5-tokenizer"; }
 
 struct AddedToken {
   std::int32_t id;
@@ -87,12 +92,13 @@ inline void write_dream_tokenizer_files(const std::filesystem::path& dir) {
   std::ofstream(dir / "special_tokens_map.json") << special_map.dump(2);
 }
 
+// `data`'s vocabulary with Qwen2.5's added tokens in both layouts: `slow` (vocab.json, merges.txt,
+// tokenizer_config.json) and `fast` (one tokenizer.json).
 struct QwenTokenizerDirs {
   std::filesystem::path root, slow, fast;
-  QwenTokenizerDirs() {
+  QwenTokenizerDirs(const std::filesystem::path& data, const char* name) {
     namespace fs = std::filesystem;
-    const fs::path data = own_tokenizer_data();
-    root = process_temp_dir() / "qwen25-tokenizer";
+    root = process_temp_dir() / name;
     slow = root / "slow";
     fast = root / "fast";
     fs::create_directories(slow);
@@ -136,12 +142,16 @@ struct QwenTokenizerDirs {
   }
 };
 
-inline const QwenTokenizerDirs& qwen_tokenizer_dirs() {
-  static const QwenTokenizerDirs dirs;
+// The suite's own vocabulary.
+inline const QwenTokenizerDirs& own_tokenizer_dirs() {
+  static const QwenTokenizerDirs dirs(own_tokenizer_data(), "own-tokenizer");
   return dirs;
 }
 
-// ../shared's copy of the Qwen2.5 / Dream tokenizer files (used only by *Shared suites).
-inline std::filesystem::path shared_tokenizer_fixture() { return shared_dir() / "fixtures/qwen2.5-tokenizer"; }
+// The real Qwen2.5 vocabulary from ../shared (*Shared suites only).
+inline const QwenTokenizerDirs& qwen25_tokenizer_dirs() {
+  static const QwenTokenizerDirs dirs(shared_tokenizer_fixture(), "qwen25-tokenizer");
+  return dirs;
+}
 
 }  // namespace sonde::test

@@ -1,7 +1,8 @@
-// The Qwen2.5 tokenizer on the real vocabulary in tests/data/qwen2.5-tokenizer: our own cases
-// (tests/data/tokenizer-cases.jsonl, ids from tests/reference/qwen_tokenizer_ref.py) and UTF-8
-// handling of encode, decode and the streaming decoder. ../shared adds independent checks on top
-// (TokenizerQwenShared: its cases.jsonl from Tokenizers.js, llama.cpp's vectors, its tokenizer.json).
+// The Qwen2.5 tokenizer's algorithm on the suite's own trained vocabulary (tests/data/bpe-vocab):
+// our cases (tests/data/tokenizer-cases.jsonl, ids from tests/reference/qwen_tokenizer_ref.py),
+// added tokens, and UTF-8 handling of encode, decode and the streaming decoder. The real Qwen2.5
+// vocabulary is ../shared's (TokenizerQwenShared: our texts with the reference's ids on it, its
+// cases.jsonl from Tokenizers.js, llama.cpp's vectors, its assembled tokenizer.json).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -29,16 +30,31 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-// Loading the 7 MB tokenizer.json is slow enough to share it between the tests of this file.
+// The own vocabulary's tokenizer.json (tokenizer.json layout; the slow layout is TokenizerLoad's).
 const Tokenizer& qwen() {
+  static const Tokenizer tok = Tokenizer::load(test::own_tokenizer_dirs().fast);
+  return tok;
+}
+
+// Loading the real 7 MB tokenizer.json is slow enough to share it between the tests of this file.
+const Tokenizer& real_qwen() {
   static const Tokenizer tok = [] {
     const auto t0 = std::chrono::steady_clock::now();
-    Tokenizer t = Tokenizer::load(test::qwen_tokenizer_dirs().fast);
+    Tokenizer t = Tokenizer::load(test::qwen25_tokenizer_dirs().fast);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::cout << "[ info ] tokenizer.json loaded in " << ms << " ms\n";
     return t;
   }();
   return tok;
+}
+
+// An id of the own vocabulary as vocab.json states it (read here, not through the tokenizer).
+std::int32_t own_vocab_id(const std::string& token) {
+  static const json vocab = [] {
+    std::ifstream in(test::own_tokenizer_data() / "vocab.json");
+    return json::parse(in);
+  }();
+  return vocab.at(token).get<std::int32_t>();
 }
 
 // One JSON object per line; lines split on '\n' only (texts hold U+2028 and U+0085).
@@ -51,6 +67,8 @@ std::vector<json> read_cases(const fs::path& file) {
 }
 
 std::vector<json> own_cases() { return read_cases(test::data_dir() / "tokenizer-cases.jsonl"); }
+// The same texts with the reference's ids on the real Qwen2.5 vocabulary.
+std::vector<json> own_cases_on_qwen25() { return read_cases(test::data_dir() / "tokenizer-cases-qwen2.5.jsonl"); }
 std::vector<json> shared_cases() { return read_cases(test::shared_tokenizer_fixture() / "cases.jsonl"); }
 
 std::string unhex(const std::string& hex) {
@@ -61,12 +79,12 @@ std::string unhex(const std::string& hex) {
 
 // A valid case: ids, decoded text (NFC of the text) and whether it round-trips. An invalid one
 // ("hex", "error_offset"): encode refuses it as bad input naming the first bad byte.
-void expect_case(const json& c) {
+void expect_case(const Tokenizer& tok, const json& c) {
   SCOPED_TRACE(c["name"].get<std::string>());
   if (c.contains("hex")) {
     const std::string offset = "byte offset " + std::to_string(c["error_offset"].get<int>());
     try {
-      qwen().encode(unhex(c["hex"]));
+      tok.encode(unhex(c["hex"]));
       ADD_FAILURE() << "no error; expected one naming " << offset;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::BadInput);
@@ -77,11 +95,11 @@ void expect_case(const json& c) {
   const std::string text = c["text"];
   const auto expected = c["ids"].get<std::vector<std::int32_t>>();
   const std::string decoded = c["decoded"];
-  const auto ids = qwen().encode(text);
+  const auto ids = tok.encode(text);
   EXPECT_EQ(ids, expected);
-  EXPECT_EQ(qwen().decode(expected), decoded);
+  EXPECT_EQ(tok.decode(expected), decoded);
   EXPECT_EQ(c["round_trip"].get<bool>(), decoded == text);
-  EXPECT_EQ(qwen().decode(ids), decoded);  // decode(encode(s)) == NFC(s)
+  EXPECT_EQ(tok.decode(ids), decoded);  // decode(encode(s)) == NFC(s)
 }
 
 bool valid_utf8(std::string_view s) {
@@ -108,7 +126,7 @@ TEST(TokenizerQwen, OwnCasesMatchTheReferenceScript) {
   ASSERT_EQ(cases.size(), 51u);  // tests/reference/qwen_tokenizer_ref.py generate
   int invalid = 0, not_nfc = 0;
   for (const json& c : cases) {
-    expect_case(c);
+    expect_case(qwen(), c);
     invalid += c.contains("hex");
     not_nfc += c.contains("round_trip") && !c["round_trip"].get<bool>();
   }
@@ -116,25 +134,31 @@ TEST(TokenizerQwen, OwnCasesMatchTheReferenceScript) {
   EXPECT_GT(not_nfc, 0) << "some cases should change under NFC";
 }
 
-TEST(TokenizerQwen, KnownIdsFromTheReadme) {
-  EXPECT_THAT(qwen().encode("<|im_start|>user\nhi<|im_end|>"), testing::ElementsAre(151644, 872, 198, 6023, 151645));
-  EXPECT_THAT(qwen().encode("\xF0\x9F\x98\x8A"), testing::ElementsAre(144236));
+TEST(TokenizerQwen, AddedTokensKeepQwenIdsBesideTheVocabulary) {
   EXPECT_EQ(qwen().token_id("<|endoftext|>"), 151643);
   EXPECT_EQ(qwen().token_id("<|file_sep|>"), 151664);
-  EXPECT_EQ(qwen().token_id("\xC4\xA0the"), 279);  // "Ġthe" as written in vocab.json
+  EXPECT_EQ(qwen().token_id("\xC4\xA0the"), own_vocab_id("\xC4\xA0the"));  // "Ġthe" as written in vocab.json
+  EXPECT_THAT(qwen().encode("<|im_start|>hi<|im_end|>"),
+              testing::ElementsAre(151644, own_vocab_id("hi"), 151645));
   EXPECT_EQ(qwen().token_id("<|mask|>"), std::nullopt);  // Dream's, not Qwen2.5's
-  EXPECT_EQ(qwen().vocab_size(), 151665u);
+  EXPECT_EQ(qwen().vocab_size(), 151665u);               // ids up to the last added token
+  EXPECT_EQ(qwen().token_bytes(151000), "");             // between the vocabulary and the added tokens
   EXPECT_TRUE(qwen().is_special(151643));
   EXPECT_FALSE(qwen().is_special(151657));  // <tool_call> is added but not special
-  EXPECT_FALSE(qwen().is_special(279));
+  EXPECT_FALSE(qwen().is_special(own_vocab_id("\xC4\xA0the")));
+}
+
+// `hi` is one token in both vocabularies.
+void expect_decode_skips_specials(const Tokenizer& tok, std::int32_t hi, std::int32_t user, std::int32_t newline) {
+  const std::vector<std::int32_t> ids = {151644, user, newline, hi, 151645, 151657};
+  EXPECT_EQ(tok.decode(ids), "<|im_start|>user\nhi<|im_end|><tool_call>");
+  EXPECT_EQ(tok.decode(ids, true), "user\nhi<tool_call>");
+  const std::vector<std::int32_t> unknown = {hi, 151665, 999999, -1};
+  EXPECT_EQ(tok.decode(unknown), "hi");
 }
 
 TEST(TokenizerQwen, DecodeSkipsSpecialTokensOnRequest) {
-  const std::vector<std::int32_t> ids = {151644, 872, 198, 6023, 151645, 151657};
-  EXPECT_EQ(qwen().decode(ids), "<|im_start|>user\nhi<|im_end|><tool_call>");
-  EXPECT_EQ(qwen().decode(ids, true), "user\nhi<tool_call>");
-  const std::vector<std::int32_t> unknown = {6023, 151665, 999999, -1};
-  EXPECT_EQ(qwen().decode(unknown), "hi");
+  expect_decode_skips_specials(qwen(), own_vocab_id("hi"), own_vocab_id("user"), own_vocab_id("\xC4\x8A"));
 }
 
 TEST(TokenizerQwen, InvalidUtf8InputIsBadInputNamingTheOffset) {
@@ -243,11 +267,34 @@ TEST(TokenizerQwen, LongRunsUseTheHeapMergeAndAgreeWithShortOnes) {
 
 // ---- independent checks on ../shared's data ------------------------------------------------
 
+// Ids stated in ../shared's README for the real vocabulary.
+TEST(TokenizerQwenShared, KnownIdsFromTheReadme) {
+  EXPECT_THAT(real_qwen().encode("<|im_start|>user\nhi<|im_end|>"), testing::ElementsAre(151644, 872, 198, 6023, 151645));
+  EXPECT_THAT(real_qwen().encode("\xF0\x9F\x98\x8A"), testing::ElementsAre(144236));
+  EXPECT_EQ(real_qwen().token_id("<|endoftext|>"), 151643);
+  EXPECT_EQ(real_qwen().token_id("<|file_sep|>"), 151664);
+  EXPECT_EQ(real_qwen().token_id("\xC4\xA0the"), 279);  // "Ġthe" as written in vocab.json
+  EXPECT_EQ(real_qwen().token_id("<|mask|>"), std::nullopt);
+  EXPECT_EQ(real_qwen().vocab_size(), 151665u);
+  EXPECT_TRUE(real_qwen().is_special(151643));
+  EXPECT_FALSE(real_qwen().is_special(151657));
+  EXPECT_FALSE(real_qwen().is_special(279));
+}
+
+TEST(TokenizerQwenShared, DecodeSkipsSpecialTokensOnRequest) { expect_decode_skips_specials(real_qwen(), 6023, 872, 198); }
+
+// Our texts (tests/reference/qwen_tokenizer_ref.py CASES) with the reference's ids on the real vocabulary.
+TEST(TokenizerQwenShared, OwnTextsOnTheRealVocabulary) {
+  const auto cases = own_cases_on_qwen25();
+  ASSERT_EQ(cases.size(), 51u);
+  for (const json& c : cases) expect_case(real_qwen(), c);
+}
+
 // 68 cases whose ids come from Hugging Face Tokenizers.js (an independent implementation).
 TEST(TokenizerQwenShared, CasesJsonlIdsDecodedAndRoundTrip) {
   const auto cases = shared_cases();
   ASSERT_EQ(cases.size(), 68u);
-  for (const json& c : cases) expect_case(c);
+  for (const json& c : cases) expect_case(real_qwen(), c);
 }
 
 // llama.cpp's test vectors, made there with the Hugging Face Qwen2 tokenizer.
@@ -273,8 +320,8 @@ TEST(TokenizerQwenShared, LlamaCppVectors) {
   ASSERT_EQ(expected.size(), inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i) + ": " + inputs[i]);
-    EXPECT_EQ(qwen().encode(inputs[i]), expected[i]);
-    EXPECT_EQ(qwen().decode(expected[i]), inputs[i]);
+    EXPECT_EQ(real_qwen().encode(inputs[i]), expected[i]);
+    EXPECT_EQ(real_qwen().decode(expected[i]), inputs[i]);
   }
 }
 
@@ -297,12 +344,12 @@ TEST(TokenizerQwenShared, AddedTokenTableMatchesTheUpstreamConfig) {
 // The team's assembled tokenizer.json (../shared) against the one the tests assemble.
 TEST(TokenizerQwenShared, SharedTokenizerJsonGivesTheSameIds) {
   const Tokenizer shared = Tokenizer::load(test::shared_tokenizer_fixture());
-  EXPECT_EQ(shared.vocab_size(), qwen().vocab_size());
-  for (const auto& cases : {shared_cases(), own_cases()})
+  EXPECT_EQ(shared.vocab_size(), real_qwen().vocab_size());
+  for (const auto& cases : {shared_cases(), own_cases_on_qwen25()})
     for (const json& c : cases) {
       if (c.contains("hex")) continue;
       const std::string text = c["text"];
-      EXPECT_EQ(shared.encode(text), qwen().encode(text)) << text;
+      EXPECT_EQ(shared.encode(text), real_qwen().encode(text)) << text;
       EXPECT_EQ(shared.encode(text), c["ids"].get<std::vector<std::int32_t>>()) << text;
     }
 }

@@ -85,7 +85,7 @@ TEST(ChatTemplate, UnrecognisedTemplatesAndBadMessagesAreBadInput) {
 }
 
 TEST(ChatTemplate, RenderedPromptTokenizesWithSpecialTokens) {
-  const Tokenizer t = Tokenizer::load(test::qwen_tokenizer_dirs().fast);
+  const Tokenizer t = Tokenizer::load(test::own_tokenizer_dirs().fast);
   const auto ids = t.encode(apply_chat_template(kHi, ChatFamily::Dream, true));
   EXPECT_EQ(ids.front(), 151644);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 151644), 3);

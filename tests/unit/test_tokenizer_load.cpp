@@ -1,7 +1,7 @@
 // Tokenizer loading: both file layouts give the same ids, Dream's extra tokens, merges as pairs,
 // the #version header, bad files, and the synthetic tokenizer of make-model. Dream's layout is
-// built from the facts in qwen_tokenizer.h; TokenizerLoadShared repeats it on ../shared's
-// upstream Dream files.
+// built from the facts in qwen_tokenizer.h on the suite's own vocabulary; TokenizerLoadShared
+// repeats it on ../shared's real vocabulary and upstream Dream files.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -34,9 +34,14 @@ std::vector<std::string> case_texts(const fs::path& file) {
   return texts;
 }
 
-// Where Dream's files come from: written by the tests from qwen_tokenizer.h, or ../shared's
-// upstream copies (linked, nothing copied).
+// Where the vocabulary and Dream's files come from: the own vocabulary with Dream's files written
+// by the tests from qwen_tokenizer.h, or ../shared's real vocabulary and upstream copies (linked,
+// nothing copied).
 enum class Source { Own, Shared };
+
+const test::QwenTokenizerDirs& tokenizer_dirs(Source source) {
+  return source == Source::Own ? test::own_tokenizer_dirs() : test::qwen25_tokenizer_dirs();
+}
 
 void link_vocab(Source source, const fs::path& dir, bool merges) {
   const fs::path from = source == Source::Own ? test::own_tokenizer_data() : test::shared_tokenizer_fixture();
@@ -72,7 +77,7 @@ fs::path dream_dir(Source source, bool with_version_header) {
 }
 
 void expect_slow_layout_like_tokenizer_json(Source source, const fs::path& cases) {
-  const Tokenizer fast = Tokenizer::load(test::qwen_tokenizer_dirs().fast);
+  const Tokenizer fast = Tokenizer::load(tokenizer_dirs(source).fast);
   const auto texts = case_texts(cases);
   ASSERT_GT(texts.size(), 40u);
   for (bool header : {false, true}) {
@@ -87,15 +92,30 @@ void expect_slow_layout_like_tokenizer_json(Source source, const fs::path& cases
   }
 }
 
+// Ids of "a", " b" and "hi" in the vocabulary (the real one: ../shared's README; the own one:
+// its vocab.json, read here).
+struct PlainIds {
+  std::int32_t a, space_b, hi;
+};
+
+PlainIds plain_ids(Source source) {
+  if (source == Source::Shared) return {64, 293, 6023};
+  std::ifstream in(test::own_tokenizer_data() / "vocab.json");
+  const json vocab = json::parse(in);
+  return {vocab.at("a").get<std::int32_t>(), vocab.at("\xC4\xA0" "b").get<std::int32_t>(), vocab.at("hi").get<std::int32_t>()};
+}
+
 void expect_dream_tokens(Source source) {
   const Tokenizer dream = Tokenizer::load(dream_dir(source, false));
+  const PlainIds plain = plain_ids(source);
   EXPECT_EQ(dream.token_id("<|beginoftext|>"), 151665);
   EXPECT_EQ(dream.token_id("<|mask|>"), 151666);
   EXPECT_TRUE(dream.is_special(151665));
   EXPECT_TRUE(dream.is_special(151666));
   EXPECT_FALSE(dream.is_special(151657));
-  EXPECT_THAT(dream.encode("a<|mask|><|mask|> b<|beginoftext|>"), testing::ElementsAre(64, 151666, 151666, 293, 151665));
-  const std::vector<std::int32_t> ids = {151665, 6023, 151666};
+  EXPECT_THAT(dream.encode("a<|mask|><|mask|> b<|beginoftext|>"),
+              testing::ElementsAre(plain.a, 151666, 151666, plain.space_b, 151665));
+  const std::vector<std::int32_t> ids = {151665, plain.hi, 151666};
   EXPECT_EQ(dream.decode(ids), "<|beginoftext|>hi<|mask|>");
   EXPECT_EQ(dream.decode(ids, true), "hi");
 }
