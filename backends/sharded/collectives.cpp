@@ -1,5 +1,6 @@
 #include "collectives.h"
 
+#include <sonde/error.h>
 #include <sonde/op_checks.h>
 
 #include <cstring>
@@ -14,33 +15,48 @@ void all_reduce_sum(ProcessGroup& group, const Node& node, std::span<const Tenso
   group.allreduce_sum({out.as<float>(), static_cast<std::size_t>(out.numel())});
 }
 
-void all_gather(ProcessGroup& group, const Node& node, std::span<const TensorView> in, const TensorView& out) {
+void all_gather(ProcessGroup& group, const Node& node, std::span<const TensorView> in, const TensorView& out,
+                GatherScratch& scratch) {
   const ops::DenseInputs dense(in);
   const auto d = ops::check_all_gather(node, dense.views(), out);
-  const std::int64_t kept = d.keep_end - d.keep_begin;
-  // This rank's kept part, [outer, kept, inner], as the bytes it sends.
-  std::vector<float> mine(static_cast<std::size_t>(d.outer * kept * d.inner));
+  const std::int64_t kept = d.keep_end - d.keep_begin, row = d.outer * d.inner;
+  // This rank's kept part, [outer, kept, inner], as the values it sends: the input itself when
+  // the part is contiguous (one outer row), else staged.
   const auto* x = dense.views()[0].as<const float>();
-  // A rank may keep nothing (a replicated kv head is sent by its first holder only); memcpy
-  // must not see the null data() of an empty vector, even for zero bytes.
-  for (std::int64_t o = 0; kept > 0 && o < d.outer; ++o)
-    std::memcpy(mine.data() + o * kept * d.inner, x + (o * d.axis_len + d.keep_begin) * d.inner,
-                static_cast<std::size_t>(kept * d.inner) * sizeof(float));
-  const auto parts = group.allgather(std::as_bytes(std::span<const float>(mine)));
-  std::int64_t total = 0;
-  for (const auto& part : parts) total += static_cast<std::int64_t>(part.size() / sizeof(float));
-  const std::int64_t row = d.outer * d.inner;
-  if (total != node.params.gathered * row)
-    ops::fail(node, "the ranks gave {} values along axis {}, expected {}", row ? total / row : 0, node.params.axis,
-              node.params.gathered);
+  std::span<const float> mine;
+  if (d.outer == 1 || kept == 0) {
+    mine = {x + d.keep_begin * d.inner, static_cast<std::size_t>(kept * d.inner)};
+  } else {
+    scratch.send.resize(static_cast<std::size_t>(d.outer * kept * d.inner));
+    for (std::int64_t o = 0; o < d.outer; ++o)
+      std::memcpy(scratch.send.data() + o * kept * d.inner, x + (o * d.axis_len + d.keep_begin) * d.inner,
+                  static_cast<std::size_t>(kept * d.inner) * sizeof(float));
+    mine = scratch.send;
+  }
+  // Every rank's part in rank order, [rank part][outer, len, inner]; with one outer row that is
+  // the output's own layout, received in place.
   float* y = out.as<float>();
+  const std::size_t total = static_cast<std::size_t>(node.params.gathered * row);
+  float* all = y;
+  if (d.outer != 1) {
+    scratch.recv.resize(total);
+    all = scratch.recv.data();
+  }
+  std::vector<std::size_t> sizes;
+  try {
+    sizes = group.allgather_into(std::as_bytes(mine), std::as_writable_bytes(std::span<float>(all, total)));
+  } catch (const Error& e) {
+    ops::fail(node, "gathering {} values along axis {}: {}", node.params.gathered, node.params.axis, e.what());
+  }
+  if (d.outer == 1) return;
   std::int64_t at = 0;  // where this rank's part starts along the axis
-  for (const auto& part : parts) {
-    const std::int64_t len = static_cast<std::int64_t>(part.size() / sizeof(float)) / (row ? row : 1);
-    const auto* src = reinterpret_cast<const float*>(part.data());
+  const float* src = all;
+  for (const std::size_t bytes : sizes) {
+    const std::int64_t len = static_cast<std::int64_t>(bytes / sizeof(float)) / row;
     for (std::int64_t o = 0; len > 0 && o < d.outer; ++o)
       std::memcpy(y + (o * node.params.gathered + at) * d.inner, src + o * len * d.inner,
                   static_cast<std::size_t>(len * d.inner) * sizeof(float));
+    src += d.outer * len * d.inner;
     at += len;
   }
 }

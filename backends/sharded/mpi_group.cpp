@@ -42,26 +42,42 @@ void MpiGroup::allreduce_sum(std::span<float> data) {
   }
 }
 
-std::vector<std::vector<std::byte>> MpiGroup::allgather(std::span<const std::byte> mine) {
-  const auto n = static_cast<long long>(mine.size());
+MpiGroup::Layout MpiGroup::layout_of(std::size_t mine) {
+  const auto n = static_cast<long long>(mine);
   std::vector<long long> sizes(static_cast<std::size_t>(size_));
   MPI_Allgather(&n, 1, MPI_LONG_LONG, sizes.data(), 1, MPI_LONG_LONG, comm_);
-  std::vector<int> counts(static_cast<std::size_t>(size_)), displs(static_cast<std::size_t>(size_));
-  std::size_t total = 0;
-  for (int r = 0; r < size_; ++r) {
-    displs[static_cast<std::size_t>(r)] = count_of(total, "allgather");
-    counts[static_cast<std::size_t>(r)] = count_of(static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]), "allgather");
-    total += static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]);
+  Layout l;
+  for (const long long size : sizes) {
+    l.displs.push_back(count_of(l.total, "allgather"));
+    l.counts.push_back(count_of(static_cast<std::size_t>(size), "allgather"));
+    l.total += static_cast<std::size_t>(size);
   }
-  std::vector<std::byte> all(total);
-  MPI_Allgatherv(mine.data(), count_of(mine.size(), "allgather"), MPI_BYTE, all.data(), counts.data(), displs.data(),
-                 MPI_BYTE, comm_);
+  return l;
+}
+
+std::vector<std::vector<std::byte>> MpiGroup::allgather(std::span<const std::byte> mine) {
+  const Layout l = layout_of(mine.size());
+  std::vector<std::byte> all(l.total);
+  MPI_Allgatherv(mine.data(), count_of(mine.size(), "allgather"), MPI_BYTE, all.data(), l.counts.data(),
+                 l.displs.data(), MPI_BYTE, comm_);
   std::vector<std::vector<std::byte>> out;
   for (int r = 0; r < size_; ++r) {
-    const auto at = all.begin() + displs[static_cast<std::size_t>(r)];
-    out.emplace_back(at, at + counts[static_cast<std::size_t>(r)]);
+    const auto at = all.begin() + l.displs[static_cast<std::size_t>(r)];
+    out.emplace_back(at, at + l.counts[static_cast<std::size_t>(r)]);
   }
   return out;
+}
+
+// Received in place: a prefill's logits gather is tens of MB, and every staging copy of it cost
+// as much as the gather itself.
+std::vector<std::size_t> MpiGroup::allgather_into(std::span<const std::byte> mine, std::span<std::byte> all) {
+  const Layout l = layout_of(mine.size());
+  // Every rank sees the same sizes, so all ranks agree on this check and none is left waiting.
+  if (l.total != all.size())
+    runtime_error("sharded: the {} ranks gave {} bytes in all to a gather that expects {}", size_, l.total, all.size());
+  MPI_Allgatherv(mine.data(), count_of(mine.size(), "allgather"), MPI_BYTE, all.data(), l.counts.data(),
+                 l.displs.data(), MPI_BYTE, comm_);
+  return {l.counts.begin(), l.counts.end()};
 }
 
 void MpiGroup::broadcast(std::span<std::byte> data, int root) {

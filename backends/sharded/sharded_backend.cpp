@@ -121,7 +121,7 @@ bool ShardedBackend::supports(const Node& node, std::span<const DType> input_dty
 void ShardedBackend::run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) {
   switch (node.op) {
     case OpKind::AllReduceSum: return all_reduce_sum(*copy_, node, inputs, out);
-    case OpKind::AllGather: return all_gather(*copy_, node, inputs, out);
+    case OpKind::AllGather: return all_gather(*copy_, node, inputs, out, gather_scratch_);
     case OpKind::Attention:
     case OpKind::AttentionPattern:
       if (node.params.kv_group > 0) return sharded_attention(*local_, node, inputs, out);

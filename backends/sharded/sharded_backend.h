@@ -7,6 +7,7 @@
 // copy of several consecutive ranks; the model builds each rank's shard of the graph (it reads
 // info().tensor_rank) and uploads its slices of the weights; this backend runs the graph's
 // collectives over the copy's ranks and attention over a shard's heads (collectives.h).
+#include "collectives.h"
 #include "mpi_group.h"
 
 #include <sonde/backend.h>
@@ -42,6 +43,7 @@ class ShardedBackend final : public Backend {
   std::shared_ptr<Backend> local_;
   MpiGroup* world_ = nullptr;
   std::unique_ptr<ProcessGroup> copy_;  // the ranks of this model copy (tensor parallel)
+  GatherScratch gather_scratch_;
   std::map<std::string, Tensor> copies_;  // weights this backend made contiguous
   int tensor_parallel_ = 1;
 };

@@ -9,7 +9,6 @@ Error::Error(ErrorKind kind, const std::string& message) : std::runtime_error(me
 // Out of line: the key functions that pin these type_infos and vtables to libsonde_core.so.
 Error::~Error() = default;
 Plugin::~Plugin() = default;
-ProcessGroup::~ProcessGroup() = default;
 
 void Sink::join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata&) {
   runtime_error("this sink cannot join the {} parts of a data-parallel run into {}", parts.size(), path);

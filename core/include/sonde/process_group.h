@@ -21,6 +21,11 @@ class ProcessGroup {
   virtual void allreduce_sum(std::span<float> data) = 0;
   // Every rank's bytes (lengths may differ), indexed by rank, on every rank.
   virtual std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> mine) = 0;
+  // The same bytes concatenated in rank order into `all`, whose length must be their sum (the
+  // caller knows it); returns each rank's byte count. No buffer per rank, for the large gathers
+  // of tensor parallelism (a prefill's logits). This default goes through allgather(); an
+  // implementation may receive in place.
+  virtual std::vector<std::size_t> allgather_into(std::span<const std::byte> mine, std::span<std::byte> all);
   // `data` (the same length on every rank) takes root's bytes.
   virtual void broadcast(std::span<std::byte> data, int root) = 0;
   virtual void barrier() = 0;
