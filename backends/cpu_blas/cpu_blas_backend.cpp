@@ -60,6 +60,7 @@ void CpuBlasBackend::run(const Node& node, std::span<const TensorView> inputs, c
     case OpKind::Add: return add(node, in, out);
     case OpKind::SiluMul: return silu_mul(node, in, out);
     case OpKind::Concat: return concat(node, in, out);
+    case OpKind::SliceRows: return slice_rows(node, in, out);
     case OpKind::EditAffine:
     case OpKind::EditReplace:
     case OpKind::EditProject: return ops::run_edit_f32(node, in, out);

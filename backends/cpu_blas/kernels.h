@@ -16,6 +16,7 @@ void attention(const Node& n, ops::Inputs in, const TensorView& out);
 void add(const Node& n, ops::Inputs in, const TensorView& out);
 void silu_mul(const Node& n, ops::Inputs in, const TensorView& out);
 void concat(const Node& n, ops::Inputs in, const TensorView& out);
+void slice_rows(const Node& n, ops::Inputs in, const TensorView& out);
 
 // BLAS takes int dimensions (LP64 OpenBLAS).
 inline int blas_int(const Node& n, std::int64_t v) {

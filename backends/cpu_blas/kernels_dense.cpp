@@ -101,4 +101,14 @@ void concat(const Node& n, ops::Inputs in, const TensorView& out) {
   }
 }
 
+// One memcpy of the kept rows per outer index.
+void slice_rows(const Node& n, ops::Inputs in, const TensorView& out) {
+  const auto blk = ops::check_slice_rows(n, in, out);
+  const std::size_t es = dtype_size(out.dtype), count = static_cast<std::size_t>(blk.count) * es;
+  for (std::int64_t o = 0; o < blk.outer; ++o)
+    if (count)
+      std::memcpy(static_cast<std::byte*>(out.data) + static_cast<std::size_t>(o) * count,
+                  static_cast<const std::byte*>(in[0].data) + static_cast<std::size_t>(o * blk.in_block + blk.first) * es, count);
+}
+
 }  // namespace sonde::cpu_blas

@@ -15,6 +15,7 @@ void attention_pattern(const Node& n, ops::Inputs in, const TensorView& out);
 void add(const Node& n, ops::Inputs in, const TensorView& out);
 void silu_mul(const Node& n, ops::Inputs in, const TensorView& out);
 void concat(const Node& n, ops::Inputs in, const TensorView& out);
+void slice_rows(const Node& n, ops::Inputs in, const TensorView& out);
 void edit_affine(const Node& n, ops::Inputs in, const TensorView& out);
 void edit_replace(const Node& n, ops::Inputs in, const TensorView& out);
 void edit_project(const Node& n, ops::Inputs in, const TensorView& out);

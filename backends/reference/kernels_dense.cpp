@@ -84,4 +84,14 @@ void concat(const Node& n, ops::Inputs in, const TensorView& out) {
   }
 }
 
+// Element by element, as the formula reads: y[b, t] = x[b, row_begin + t].
+void slice_rows(const Node& n, ops::Inputs in, const TensorView& out) {
+  const auto blk = ops::check_slice_rows(n, in, out);
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(out.dtype));
+  auto* y = static_cast<std::byte*>(out.data);
+  const auto* x = static_cast<const std::byte*>(in[0].data);
+  for (std::int64_t o = 0; o < blk.outer; ++o)
+    for (std::int64_t i = 0; i < blk.count * es; ++i) *y++ = x[(o * blk.in_block + blk.first) * es + i];
+}
+
 }  // namespace sonde::reference

@@ -50,6 +50,7 @@ void ReferenceBackend::run(const Node& node, std::span<const TensorView> inputs,
     case OpKind::Add: return add(node, in, out);
     case OpKind::SiluMul: return silu_mul(node, in, out);
     case OpKind::Concat: return concat(node, in, out);
+    case OpKind::SliceRows: return slice_rows(node, in, out);
     case OpKind::EditAffine: return edit_affine(node, in, out);
     case OpKind::EditReplace: return edit_replace(node, in, out);
     case OpKind::EditProject: return edit_project(node, in, out);

@@ -7,8 +7,10 @@ constexpr std::int64_t kGemvGroup = 3;  // x rows per pass of the GEMV kernel ov
 }
 
 double gemv_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r) {
+  // A pass of a short last group costs about a full one: the kernel's time goes to W's loads.
   const double passes = static_cast<double>((M + kGemvGroup - 1) / kGemvGroup);
-  return passes * static_cast<double>(K) * static_cast<double>(N) * w_bytes / r.read_bytes_per_s;
+  const double kn = static_cast<double>(K) * static_cast<double>(N);
+  return kn * w_bytes / r.read_bytes_per_s + passes * 2.0 * kGemvGroup * kn / r.gemv_flops_per_s;
 }
 
 double gemm_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r) {
@@ -20,7 +22,7 @@ LinearPath choose_linear(std::int64_t M, std::int64_t K, std::int64_t N, double 
                          LinearMode mode) {
   if (mode == LinearMode::gemv) return LinearPath::gemv;
   if (mode == LinearMode::gemm) return LinearPath::gemm;
-  if (!(r.read_bytes_per_s > 0) || !(r.gemm_flops_per_s > 0) || M <= kGemvGroup) return LinearPath::gemv;
+  if (!(r.read_bytes_per_s > 0) || !(r.gemm_flops_per_s > 0) || !(r.gemv_flops_per_s > 0) || M <= kGemvGroup) return LinearPath::gemv;
   return gemm_seconds(M, K, N, w_bytes, r) < gemv_seconds(M, K, N, w_bytes, r) ? LinearPath::gemm : LinearPath::gemv;
 }
 

@@ -3,9 +3,10 @@
 // run the same GEMV kernel on every output (gemm() feeds it W rows widened to f32 first), so the
 // choice changes the speed, never a bit of the result: a prompt's numbers do not depend on how
 // many rows share its micro-batch.
-//  - gemv: W is read from memory in its own dtype and widened in the kernel; x rows go in
-//    groups of 3, and each group re-reads the W rows (too many to stay in L1, prefetched
-//    non-temporally, so from memory): about ceil(M / 3) reads of W.
+//  - gemv: W is read from memory in its own dtype and widened in the kernel; with more than 3
+//    x rows the kernel takes W in chunks of about 256 KB that stay in L2 while every group of
+//    3 x rows passes over them: one read of W from memory plus ceil(M / 3) passes at the
+//    kernel's in-cache rate.
 //  - gemm: W is read once, widened to f32 panels that stay in L2 while all x rows pass over them:
 //    one read of W plus the arithmetic at the host's GEMM rate.
 // Plain C++ (no sonde headers) so that the unit test can link it alone.
@@ -17,11 +18,12 @@ namespace sonde::threaded {
 enum class LinearPath { gemv, gemm };
 enum class LinearMode { automatic, gemv, gemm };  // SONDE_THREADED_LINEAR=auto|gemv|gemm
 
-// Measured once per process and pool size: a streaming read's bytes/s and the GEMM path's
-// flop/s, both over the whole pool.
+// Measured once per process and pool size, all over the whole pool: a streaming read's bytes/s,
+// the GEMM path's flop/s, and the GEMV kernel's flop/s on W chunks in L2 (groups of 3 x rows).
 struct HostRates {
   double read_bytes_per_s = 0;
   double gemm_flops_per_s = 0;
+  double gemv_flops_per_s = 0;
 };
 
 // Seconds each path is predicted to take on an M x K x N Linear whose W elements are
@@ -29,7 +31,7 @@ struct HostRates {
 double gemv_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r);
 double gemm_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r);
 
-// The cheaper of the two (gemv on a tie or when a rate is unknown), unless `mode` forces one.
+// The cheaper of the two (gemv on a tie, at most 3 rows, or when a rate is unknown), unless `mode` forces one.
 LinearPath choose_linear(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r,
                          LinearMode mode);
 

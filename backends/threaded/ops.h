@@ -30,6 +30,8 @@ void rms_norm(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out
 LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt);
 // Times the GEMM path on a synthetic in-cache problem with this pool (for HostRates).
 double measure_gemm_flops(const Ctx& c);
+// Times the GEMV kernel on L2-resident W chunks (groups of 3 x rows) with this pool (for HostRates).
+double measure_gemv_flops(const Ctx& c);
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8);
 // Linears that read one x: those with weights read natively that take the GEMV path split the
 // rows of all their weights into one set of tasks (one parallel region), and so do
@@ -41,6 +43,6 @@ void rope(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void add(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void silu_mul(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
-void copy_op(const Node& n, ops::Inputs in, const TensorView& out);  // Reshape and Concat (bytes)
+void copy_op(const Node& n, ops::Inputs in, const TensorView& out);  // Reshape, Concat, SliceRows (bytes)
 
 }  // namespace sonde::threaded

@@ -77,6 +77,14 @@ void copy_op(const Node& n, ops::Inputs in, const TensorView& out) {
     std::memcpy(out.data, in[0].data, in[0].nbytes());
     return;
   }
+  if (n.op == OpKind::SliceRows) {  // the kept rows of each outer index, one memcpy each (inputs are dense)
+    const auto blk = ops::check_slice_rows(n, in, out);
+    const std::size_t es = dtype_size(out.dtype), count = static_cast<std::size_t>(blk.count) * es;
+    for (std::int64_t o = 0; o < blk.outer && count; ++o)
+      std::memcpy(static_cast<std::byte*>(out.data) + static_cast<std::size_t>(o) * count,
+                  static_cast<const std::byte*>(in[0].data) + static_cast<std::size_t>(o * blk.in_block + blk.first) * es, count);
+    return;
+  }
   const auto blk = ops::check_concat(n, in, out);
   const std::size_t es = dtype_size(out.dtype);
   const auto na = static_cast<std::size_t>(blk.a_block) * es, nb = static_cast<std::size_t>(blk.b_block) * es;

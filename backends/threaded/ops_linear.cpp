@@ -220,6 +220,25 @@ double measure_gemm_flops(const Ctx& c) {
   return 2.0 * M * K * N / best;
 }
 
+// 48 x 1024 x (128 per thread) with bf16 W: 256 KB of W per thread, in L2 after the warm-up, as
+// each chunk of a prefill's W is for every group of 3 x rows after its first pass; best of 3.
+double measure_gemv_flops(const Ctx& c) {
+  const std::int64_t M = 48, K = 1024, N = 128 * c.pool.size();
+  std::vector<float> x(static_cast<std::size_t>(M * K)), y(static_cast<std::size_t>(M * N));
+  std::vector<std::uint16_t> w(static_cast<std::size_t>(N * K));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint16_t>(0x3e00 + i % 5 * 0x40);  // 0.125 .. 0.5
+  const Job j{x.data(), w.data(), WType::bf16, nullptr, y.data(), M, K, N};
+  double best = 1e30;
+  for (int r = 0; r < 4; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    gemv(c, j);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::min(best, s);
+  }
+  return 2.0 * static_cast<double>(M * K * N) / best;
+}
+
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8) {
   const auto d = ops::check_linear(n, in, out);
   const Job j{in[0].as<const float>(), in[1].data, wtype(in[1].dtype), d.bias ? in[2].as<const float>() : nullptr,

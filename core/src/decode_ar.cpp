@@ -83,13 +83,15 @@ std::vector<Completion> generate_autoregressive(DecodeForward& model,
   const auto V = model.vocab_size();
 
   for (std::int64_t step = 0; step < o.max_new_tokens; ++step) {
-    const StepInput in = step_input(s, cached ? fed : 0, cached);
+    StepInput in = step_input(s, cached ? fed : 0, cached);
+    in.last_logits_only = true;  // a prefill's head runs at each row's last slot alone
     const Tensor logits = model.forward(in);
+    const std::int64_t rows = logits.shape()[1];  // in.tokens, or 1 when the head ran at the last slot only
     fed = s.width;
     Tensor last(DType::f32, Shape{s.batch, V});
     std::vector<std::int32_t> chosen(prompts.size(), -1);
     for (std::size_t r = 0; r < prompts.size(); ++r) {
-      const float* row = logits.data<float>() + (static_cast<std::int64_t>(r) * in.tokens + in.tokens - 1) * V;
+      const float* row = logits.data<float>() + (static_cast<std::int64_t>(r) * rows + rows - 1) * V;
       float* dst = last.data<float>() + static_cast<std::int64_t>(r) * V;
       std::copy(row, row + V, dst);
       if (done[r]) continue;

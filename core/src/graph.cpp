@@ -25,6 +25,7 @@ std::string_view op_name(OpKind op) {
     case OpKind::EditHost: return "EditHost";
     case OpKind::AllReduceSum: return "AllReduceSum";
     case OpKind::AllGather: return "AllGather";
+    case OpKind::SliceRows: return "SliceRows";
     case OpKind::Count: break;
   }
   return "?";
@@ -180,6 +181,16 @@ void infer(const std::vector<Node>& nodes, Node& n) {
       n.shape[a] = n.params.gathered;
       return;
     }
+    case OpKind::SliceRows: {
+      const Shape& xs = in(0).shape;
+      const std::int64_t b = n.params.row_begin, e = n.params.row_end;
+      if (xs.rank < 2 || b < 0 || b > e || e > xs[1])
+        shape_error(n.op, fmt::format("rows {}..{} must be within dim 1", b, e), xs, xs);
+      n.shape = xs;
+      n.shape[1] = e - b;
+      n.dtype = in(0).dtype;
+      return;
+    }
     case OpKind::Input:
     case OpKind::Weight:
     case OpKind::Count: break;
@@ -269,6 +280,13 @@ GraphBuilder::Ref GraphBuilder::add(Ref a, Ref b) { return push(make(OpKind::Add
 GraphBuilder::Ref GraphBuilder::silu_mul(Ref gate, Ref up) { return push(make(OpKind::SiluMul, {gate.id, up.id})); }
 
 GraphBuilder::Ref GraphBuilder::concat1(Ref a, Ref b) { return push(make(OpKind::Concat, {a.id, b.id})); }
+
+GraphBuilder::Ref GraphBuilder::slice_rows(Ref x, std::int64_t begin, std::int64_t end) {
+  Node n = make(OpKind::SliceRows, {x.id});
+  n.params.row_begin = begin;
+  n.params.row_end = end;
+  return push(std::move(n));
+}
 
 GraphBuilder::Ref GraphBuilder::all_reduce_sum(Ref x) { return push(make(OpKind::AllReduceSum, {x.id})); }
 

@@ -79,9 +79,10 @@ Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set
   if (!in.mask.empty() && static_cast<std::int64_t>(in.mask.size()) != n)
     runtime_error("forward: {} mask entries for {} ids", in.mask.size(), n);
 
-  const PlanKey key{false, in.batch, in.tokens, !in.mask.empty(), need_logits, false};
+  const bool last_only = head_on_last_slot(in, need_logits, taps);
+  const PlanKey key{false, in.batch, in.tokens, !in.mask.empty(), need_logits, false, last_only};
   const Plan& plan = plans_->get(key, taps, [&] {
-    return build_planned(BatchShape{in.batch, in.tokens, !in.mask.empty(), need_logits},
+    return build_planned(BatchShape{in.batch, in.tokens, !in.mask.empty(), need_logits, 0, last_only},
                          [&](const std::string& h) { return taps.count(h) > 0; });
   }).plan;
 
@@ -96,6 +97,13 @@ Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set
     edit_feeds(edits_, in.edit ? *in.edit : EditCall{}, in.batch, in.tokens, 0, positions, in.mask, edit_storage, feeds);
   auto out = executor_->run(plan, feeds, tap);
   return need_logits ? out.at("logits") : Tensor();
+}
+
+// The hooks at the head see every slot when tapped, and edits may act at any slot; a model
+// without a causal next-token head (diffusion) reads logits everywhere.
+bool Session::head_on_last_slot(const ForwardInput& in, bool need_logits, const std::set<std::string>& taps) const {
+  return in.last_logits_only && need_logits && in.tokens > 1 && edits_.empty() &&
+         info_.decoding == DecodingKind::Autoregressive && !taps.count("hook_logits") && !taps.count("ln_final.hook_out");
 }
 
 std::unique_ptr<PlannedGraph> Session::build_planned(const BatchShape& shape, const Executor::Wants& tapped) const {

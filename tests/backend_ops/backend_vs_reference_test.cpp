@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstring>
 #include <iostream>
@@ -183,6 +184,21 @@ TEST_P(BackendOps, ConcatOfAStridedPast) {
     backend_->run(node, ins, got.view());
     backend_->sync();
     EXPECT_EQ(values(got), values(expected));
+  }
+}
+
+// The LM head's row selection: the last row (a prefill's), a middle range, all rows and none,
+// on batches of 1 and 3; a copy, so bit-identical to reference.
+TEST_P(BackendOps, SliceRows) {
+  for (auto [B, T, b, e] : {std::array<std::int64_t, 4>{1, 7, 6, 7}, {3, 7, 6, 7}, {3, 9, 2, 5}, {2, 4, 0, 4}, {2, 4, 4, 4}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " rows " + std::to_string(b) + ".." + std::to_string(e));
+    Node node = make_node(OpKind::SliceRows, Shape{B, e - b, 3, 5});
+    node.params.row_begin = b;
+    node.params.row_end = e;
+    const std::vector<Arg> args{{random_tensor(DType::f32, Shape{B, T, 3, 5}, 31)}};
+    compare(node, args);
+    std::vector<DType> dtypes{DType::f32};
+    if (backend_->supports(node, dtypes)) EXPECT_EQ(values(run_on(*backend_, node, args)), values(run_on(*reference_, node, args)));
   }
 }
 

@@ -153,6 +153,17 @@ TEST_F(ReferenceFormula, ConcatAlongDimOne) {
   EXPECT_EQ(y, (std::vector<float>{1, 2, 10, 11, 12, 13, 3, 4, 20, 21, 22, 23}));
 }
 
+// Rows 1..3 of [2,3,2] along dim 1: per batch row, its last two rows.
+TEST_F(ReferenceFormula, SliceRowsKeepsRowsOfDimOne) {
+  Node n = make_node(OpKind::SliceRows, Shape{2, 2, 2});
+  n.params.row_begin = 1;
+  n.params.row_end = 3;
+  const auto y = run(n, {{floats(DType::f32, Shape{2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})}});
+  EXPECT_EQ(y, (std::vector<float>{3, 4, 5, 6, 9, 10, 11, 12}));
+  n.params.row_end = 4;  // past the end: an error naming the rows
+  EXPECT_THROW(run(n, {{floats(DType::f32, Shape{2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})}}), Error);
+}
+
 TEST_F(ReferenceFormula, EmbeddingPicksRowsAndRejectsBadIds) {
   const Node n = make_node(OpKind::Embedding, Shape{1, 2, 2}, "embed");
   const Tensor table = floats(DType::bf16, Shape{3, 2}, {1, 2, 3, 4, 5, 6});

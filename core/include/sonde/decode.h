@@ -24,6 +24,9 @@ struct StepInput {
   std::vector<std::uint8_t> key_mask;
   bool use_cache = false;  // read `past` cached slots and append these T slots (AR only)
   bool need_logits = true;  // false: the caller only wants taps (and the cache); logits may be empty
+  // The caller reads each row's last slot's logits only: the forward may return [B, 1, V]
+  // (the LM head run there alone; ForwardInput::last_logits_only says when).
+  bool last_logits_only = false;
   // Diffusion K/V caching (DecodeForward::has_slot_cache; docs/generation.md, "Cached modes").
   // fill_cache: a full forward (past 0, every slot) that also keeps every slot's post-RoPE K and V.
   // slots > 0: ids/positions are slots [first_slot, first_slot + tokens) of a sequence of `slots`

@@ -41,6 +41,7 @@ enum class OpKind : std::uint8_t {
   AllReduceSum,  // (x) f32 -> the element-wise sum over the ranks, added in rank order
   AllGather,     // (x) f32 -> every rank's x[..., keep_begin:keep_end along params.axis, ...]
                  // concatenated in rank order along params.axis, params.gathered long
+  SliceRows,  // (x[B,T,...]) -> x[:, row_begin:row_end, ...] along dim 1 (the LM head's rows only)
   Count
 };
 
@@ -64,6 +65,7 @@ struct OpParams {
   // q_head0.. and the local kv heads global kv_head0..; query head q reads kv head q / kv_group.
   // kv_group 0: the usual nh / nkv contiguous groups.
   std::int64_t q_head0 = 0, kv_head0 = 0, kv_group = 0;
+  std::int64_t row_begin = 0, row_end = 0;  // SliceRows: rows [row_begin, row_end) of dim 1
 };
 
 struct Node {
@@ -109,6 +111,7 @@ class GraphBuilder {
   Ref add(Ref a, Ref b);
   Ref silu_mul(Ref gate, Ref up);
   Ref concat1(Ref a, Ref b);  // along dim 1; all other dims equal
+  Ref slice_rows(Ref x, std::int64_t begin, std::int64_t end);  // x[:, begin:end] along dim 1
   Ref all_reduce_sum(Ref x);
   // `gathered`: the axis's length after the gather (every rank's kept part, summed).
   Ref all_gather(Ref x, int axis, std::int64_t gathered, std::int64_t keep_begin = 0, std::int64_t keep_end = -1);

@@ -57,7 +57,9 @@ struct WeightSpec {
 };
 
 // The graph's inputs, all [B, T]: "ids" (i32), "positions" (i32), and "mask" (u8, 1 = real
-// token) when has_mask. Logits are built only when need_logits.
+// token) when has_mask. Logits are built only when need_logits; with last_logits_only (and T > 1)
+// they are [B, 1, V], each row's last slot alone: the final norm and the LM head run on that slot
+// only (a generation prefill reads no other; at 0.5B the head over every slot is a third of it).
 // KV cache (autoregressive): with past_tokens P > 0 the graph also reads, per layer i,
 // "past_k.{i}" and "past_v.{i}" [B, P, nkv, d] f32 (post-RoPE K and V of earlier slots), and the
 // mask covers every key: [B, P + T].
@@ -67,6 +69,7 @@ struct BatchShape {
   bool has_mask = false;
   bool need_logits = true;
   std::int64_t past_tokens = 0;
+  bool last_logits_only = false;
 };
 
 class ModelPlugin : public Plugin {

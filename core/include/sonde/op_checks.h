@@ -221,6 +221,24 @@ inline ConcatBlocks check_concat(const Node& n, Inputs in, const TensorView& out
   return {a[0], a[1] * inner, b[1] * inner};
 }
 
+// SliceRows: x[B,T,...] -> rows [row_begin, row_end) of dim 1. Returns {outer = B, in_block =
+// T*inner, first = row_begin*inner, count = (row_end - row_begin)*inner} in elements.
+struct SliceBlocks {
+  std::int64_t outer, in_block, first, count;
+};
+inline SliceBlocks check_slice_rows(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 1, 1);
+  const Shape& x = in[0].shape;
+  const std::int64_t b = n.params.row_begin, e = n.params.row_end;
+  if (x.rank < 2 || b < 0 || b > e || e > x[1]) fail(n, "rows {}..{} are not within dim 1 of {}", b, e, x.str());
+  Shape o = x;
+  o[1] = e - b;
+  expect_out(n, out, o, in[0].dtype);
+  std::int64_t inner = 1;
+  for (int i = 2; i < x.rank; ++i) inner *= x[i];
+  return {x[0], x[1] * inner, b * inner, (e - b) * inner};
+}
+
 // Edit*: x[B,T,*row] as [B,T,G,E], sel[B,T,G] u8, operand [G,E] (or [B,T,G,E] to replace).
 struct EditDims { std::int64_t rows, G, E; bool operand, per_row; };
 inline EditDims check_edit(const Node& n, Inputs in, const TensorView& out) {
@@ -269,6 +287,7 @@ inline bool supports_with(const Node& n, std::span<const DType> t, bool (*float_
     case OpKind::Add:
     case OpKind::SiluMul: return t.size() == 2 && fl(0) && fl(1) && f32_out;
     case OpKind::Concat: return t.size() == 2 && t[0] == t[1] && n.dtype == t[0];
+    case OpKind::SliceRows: return t.size() == 1 && n.dtype == t[0];
     case OpKind::EditAffine:
     case OpKind::EditReplace:
     case OpKind::EditProject:

@@ -38,6 +38,10 @@ struct ForwardInput {
   std::vector<std::int32_t> positions;  // [B*T]; empty: 0..T-1 per row
   std::vector<std::uint8_t> mask;       // [B*T]; empty: all ones
   const EditCall* edit = nullptr;       // the session's edits' rows this call; null: all prompt, step 0
+  // The caller reads each row's last slot's logits only: an autoregressive model then runs the
+  // LM head there alone and returns [B, 1, V], unless hook_logits or ln_final.hook_out is
+  // tapped or edits are set (BatchShape::last_logits_only).
+  bool last_logits_only = false;
 };
 
 // The autoregressive KV cache (model-spec §1.3): post-RoPE K and V of every layer, each
@@ -67,7 +71,8 @@ class Session {
   void check_ids(const std::vector<std::int32_t>& ids) const;
 
   // Runs one forward pass. Hooks named in `taps` are delivered to `tap` as [B, T, *row_shape].
-  // Returns logits [B, T, V] f32 when need_logits, else an empty tensor.
+  // Returns logits [B, T, V] f32 (or [B, 1, V]: ForwardInput::last_logits_only) when need_logits,
+  // else an empty tensor.
   Tensor forward(const ForwardInput& in, bool need_logits, const std::set<std::string>& taps,
                  const Executor::Tap& tap);
 
@@ -107,6 +112,8 @@ class Session {
  private:
   void check_ids(const ForwardInput& in) const;
   bool is_past_input(const std::string& ref) const;
+  // Whether this call's LM head runs on each row's last slot alone (ForwardInput::last_logits_only).
+  bool head_on_last_slot(const ForwardInput& in, bool need_logits, const std::set<std::string>& taps) const;
   void reshape_past(PlannedGraph& pg, const ForwardInput& in, std::int64_t past) const;
   // The model's graph for `shape`, built and planned (the cache's entries are made here).
   std::unique_ptr<PlannedGraph> build_planned(const BatchShape& shape, const Executor::Wants& tapped) const;
