@@ -45,7 +45,10 @@ void add_generation_options(po::options_description& desc, bool all) {
        "Fast-dLLM's prefix or dual K/V cache: approximate, docs/generation.md)")
       ("block-size", po::value<std::int64_t>(), "diffusion block mode: slots per block (default 32; the last may be shorter)")
       ("threshold", po::value<double>(), "alg confidence_threshold: commit every slot with p >= this, in (0, 1] (default 0.9)")
-      ("tokens-per-step", po::value<std::int64_t>(), "diffusion: commit this many slots per step instead of the steps schedule");
+      ("tokens-per-step", po::value<std::int64_t>(), "diffusion: commit this many slots per step instead of the steps schedule")
+      ("refresh-every", po::value<std::int64_t>(),
+       "block-cache, dual-cache: also refresh the whole K/V cache every N steps of a block (dKV-Cache-style; default: "
+       "only at a block's first step)");
   if (!all) return;
   desc.add_options()
       ("repetition-penalty", po::value<double>(), "autoregressive only")
@@ -72,6 +75,7 @@ GenerationSettings generation_settings(const po::variables_map& vm) {
   s.block_size = flag<std::int64_t>(vm, "block-size");
   s.threshold = flag<double>(vm, "threshold");
   s.tokens_per_step = flag<std::int64_t>(vm, "tokens-per-step");
+  s.refresh_every = flag<std::int64_t>(vm, "refresh-every");
   if (s.max_new_tokens && *s.max_new_tokens < 1) bad_input("--max-new-tokens must be at least 1, got {}", *s.max_new_tokens);
   if (s.steps && *s.steps < 1) bad_input("--steps must be at least 1, got {}", *s.steps);
   if (s.alg) as_flag("--alg", [&] { parse_diffusion_alg(*s.alg); });

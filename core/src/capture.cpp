@@ -88,6 +88,12 @@ void require_fixed_row_shapes(const std::vector<HookPoint>& hooks) {
 
 namespace capture_detail {
 
+std::int64_t row_numel(const HookPoint& h) {
+  std::int64_t n = 1;
+  for (auto d : h.row_shape) n *= d;
+  return n;
+}
+
 TapStore::TapStore(DecodeForward& model, const CaptureSpec& spec) : model_(model), spec_(spec) {
   std::vector<std::string> names;
   require_fixed_row_shapes(spec.hooks);
@@ -103,20 +109,29 @@ TapStore::~TapStore() { model_.set_taps({}, {}); }
 
 void TapStore::append_row(CapturedPrompt& cap, std::int64_t b, std::int64_t slot, const RowRecord& rec,
                           const StateValues& state) const {
+  append_row_from(cap, rec, state, [&](const HookPoint& h) { return row(h.name, b, slot); });
+}
+
+void TapStore::append_row_from(CapturedPrompt& cap, const RowRecord& rec, const StateValues& state,
+                               const std::function<const float*(const HookPoint&)>& source) const {
   for (const auto& h : spec_.hooks) {
     auto& out = cap.acts[h.name];
     if (h.name == "diffusion.hook_tokens") out.push_back(state.token);
     else if (h.name == "diffusion.hook_confidence") out.push_back(state.confidence);
     else if (h.name == "diffusion.hook_transfer") out.push_back(state.transfer);
     if (is_diffusion_state_hook(h.name)) continue;
-    auto it = values_.find(h.name);
-    if (it == values_.end()) runtime_error("capture: hook '{}' was not delivered by the forward", h.name);
-    const Shape& s = it->second.shape();
-    const std::int64_t row = s.numel() / (s[0] * s[1]);
-    const float* src = it->second.data<float>() + (b * s[1] + slot) * row;
-    out.insert(out.end(), src, src + row);
+    const float* src = source(h);
+    out.insert(out.end(), src, src + row_numel(h));
   }
   cap.rows.push_back(rec);
+}
+
+const float* TapStore::row(const std::string& hook, std::int64_t b, std::int64_t slot) const {
+  auto it = values_.find(hook);
+  if (it == values_.end()) runtime_error("capture: hook '{}' was not delivered by the forward", hook);
+  const Shape& s = it->second.shape();
+  const std::int64_t row = s.numel() / (s[0] * s[1]);
+  return it->second.data<float>() + (b * s[1] + slot) * row;
 }
 
 RowKind prompt_kind(const CaptureSpec& spec, std::int32_t token) {

@@ -43,7 +43,8 @@ struct ArCapture {
     for (std::size_t r = 0; r < prompts.size(); ++r) {
       if (tokens[r] < 0) continue;  // the row had finished before this step
       const auto pos = static_cast<std::int32_t>(static_cast<std::int64_t>(prompts[r].size()) + step);
-      const RowRecord rec{prompt_idx[r], pos, tokens[r], static_cast<std::int32_t>(step), RowKind::Generated};
+      const RowRecord rec{prompt_idx[r], pos, tokens[r], static_cast<std::int32_t>(step), RowKind::Generated, 1,
+                          static_cast<std::int32_t>(step)};
       store.append_row(out[r], static_cast<std::int64_t>(r), in.tokens - 1, rec, StateValues{});
     }
   }

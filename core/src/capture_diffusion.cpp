@@ -1,10 +1,13 @@
 // Diffusion capture (design §5): the forward of step i sees the canvas before the step; once
 // the step has chosen its slots, the step policy picks the rows of that forward. `final` runs
 // one more forward over the final canvas. /steps gets each prompt's canvas after every step.
-// Under a K/V cache (block-cache, dual-cache) a step's forward computes only a range of slots;
-// rows of the other slots were not computed in that step and are not captured (their cached
-// K/V are older), so every captured row is one its step computed; /steps/n_recomputed says how
-// many. Committed slots always lie in the computed range, so `commit` loses nothing.
+// Under a K/V cache (block-cache, dual-cache) a step's forward computes only a range of slots.
+// The other slots' rows, when the step policy selects them (all, every:K), are the values the
+// model last computed for the slot (at the block's refresh or a later step), the activations
+// whose K/V this step attended to, marked fresh = 0 with the step that computed them
+// (/rows/computed_step). To have them, each prompt keeps the last computed row of every selected
+// forward hook per slot while the generation runs. Committed slots always lie in the computed
+// range, so `commit` needs no such copy.
 #include "capture_internal.h"
 
 #include <sonde/error.h>
@@ -12,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 
 namespace sonde {
@@ -22,6 +26,13 @@ using capture_detail::StateValues;
 using capture_detail::TapStore;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// One prompt's last computed values per slot: per forward hook [N, row] floats, and the step
+// whose forward computed each slot (-1: none yet).
+struct LastComputed {
+  std::map<std::string, std::vector<float>> values;
+  std::vector<std::int32_t> step;
+};
 
 struct DiffusionCapture {
   const CaptureSpec& spec;
@@ -34,7 +45,9 @@ struct DiffusionCapture {
   StepInput input;                // the latest forward's input
   StepInput full;                 // the latest full forward's input (all slots)
   std::vector<std::int32_t> canvas;  // [B, N] after the latest step
+  std::vector<std::int32_t> before;  // [B, N] before the latest step (the forward's canvas)
   std::int64_t steps_done = 0;       // block modes without a schedule end when the canvas is full
+  std::vector<LastComputed> last;    // per prompt; empty unless stale rows can be selected
 
   std::int64_t pad(std::size_t r) const { return T - static_cast<std::int64_t>(prompts[r].size()); }
 
@@ -73,28 +86,68 @@ struct DiffusionCapture {
     return j >= first && j < first + input.tokens ? j - first : -1;
   }
 
-  // The row of slot j of prompt r in the forward of step `step` (canvas before: input.ids), when
-  // that forward computed it.
+  // Under a cache and a policy that selects every slot of a step: keep the rows this step's
+  // forward computed, for the later steps that read their K/V from the cache.
+  void keep_computed(std::int32_t step) {
+    for (std::size_t r = 0; r < prompts.size(); ++r) {
+      auto& lc = last[r];
+      for (std::int64_t j = 0; j < N; ++j) {
+        const std::int64_t q = forward_row(j);
+        if (q < 0 || !position_wanted(r, j)) continue;
+        lc.step[static_cast<std::size_t>(j)] = step;
+        for (const auto& h : spec.hooks) {
+          if (is_diffusion_state_hook(h.name)) continue;
+          const std::int64_t n = capture_detail::row_numel(h);
+          const float* src = store->row(h.name, static_cast<std::int64_t>(r), q);
+          std::copy(src, src + n, lc.values[h.name].begin() + j * n);
+        }
+      }
+    }
+  }
+
+  void start_keeping() {
+    last.assign(prompts.size(), {});
+    for (auto& lc : last) {
+      lc.step.assign(static_cast<std::size_t>(N), -1);
+      for (const auto& h : spec.hooks)
+        if (!is_diffusion_state_hook(h.name))
+          lc.values[h.name].assign(static_cast<std::size_t>(N * capture_detail::row_numel(h)), 0.0f);
+    }
+  }
+
+  // The row of slot j of prompt r at step `step` (canvas before: `before`): from the step's
+  // forward when it computed the slot, else (cached modes) the slot's last computed values.
   void add_row(std::size_t r, std::int64_t j, std::int32_t step, bool committed, double confidence) {
     const std::int64_t q = forward_row(j);
-    if (q < 0) return;  // served from the cache: not computed in this step
+    if (q < 0 && last.empty()) return;  // not computed and nothing kept (cannot happen for commit)
     const auto at = static_cast<std::size_t>(static_cast<std::int64_t>(r) * N + j);
     const std::int32_t tok = canvas[at];
-    const bool was_masked = input.ids[static_cast<std::size_t>(static_cast<std::int64_t>(r) * input.tokens + q)] == o.mask_id;
     RowKind kind = j < T ? capture_detail::prompt_kind(spec, tok) : RowKind::Generated;
     if (committed) kind = RowKind::Committed;
-    else if (was_masked) kind = RowKind::Masked;
-    const RowRecord rec{prompt_idx[r], static_cast<std::int32_t>(j - pad(r)), tok, step, kind};
-    store->append_row(out[r], static_cast<std::int64_t>(r), q, rec,
-                      StateValues{static_cast<float>(tok), static_cast<float>(confidence), committed ? 1.0f : 0.0f});
+    else if (before[at] == o.mask_id) kind = RowKind::Masked;
+    RowRecord rec{prompt_idx[r], static_cast<std::int32_t>(j - pad(r)), tok, step, kind, 1, step};
+    const StateValues state{static_cast<float>(tok), static_cast<float>(confidence), committed ? 1.0f : 0.0f};
+    if (q >= 0) {
+      store->append_row(out[r], static_cast<std::int64_t>(r), q, rec, state);
+      return;
+    }
+    const auto& lc = last[r];
+    rec.fresh = 0;
+    rec.computed_step = lc.step[static_cast<std::size_t>(j)];
+    if (rec.computed_step < 0) runtime_error("capture: slot {} of prompt {} was never computed before step {}", j, prompt_idx[r], step);
+    store->append_row_from(out[r], rec, state, [&](const HookPoint& h) {
+      return lc.values.at(h.name).data() + j * capture_detail::row_numel(h);
+    });
   }
 
   void on_step(const DiffusionStep& st) {
+    before = canvas.empty() ? full.ids : canvas;
     canvas = st.canvas;
     steps_done = st.step + 1;
     if (spec.record_steps) record_step(st);
     if (!store) return;
     const bool commit = spec.steps.kind == StepPolicy::Kind::Commit;
+    if (!last.empty()) keep_computed(static_cast<std::int32_t>(st.step));
     if (!commit && !step_wanted(st.step, st.last)) return;
     for (std::size_t r = 0; r < prompts.size(); ++r) {
       auto transfer = st.transfer[r];
@@ -113,6 +166,7 @@ struct DiffusionCapture {
     input = full;  // a plain forward over every slot, whatever the mode
     input.fill_cache = false;
     input.ids = canvas;
+    before = canvas;
     model.forward(input);
     for (std::size_t r = 0; r < prompts.size(); ++r)
       for (std::int64_t j = 0; j < N; ++j)
@@ -139,7 +193,9 @@ DiffusionCaptureResult diffusion_generate_captured(DecodeForward& model,
   if (!spec.hooks.empty()) store.emplace(model, spec);
   std::int64_t T = 0;
   for (const auto& p : prompts) T = std::max<std::int64_t>(T, static_cast<std::int64_t>(p.size()));
-  DiffusionCapture cap{spec, o, prompts, prompt_idx, store ? &*store : nullptr, res.captured, T, T + o.max_new_tokens, {}, {}, {}, 0};
+  DiffusionCapture cap{spec, o, prompts, prompt_idx, store ? &*store : nullptr, res.captured, T, T + o.max_new_tokens, {}, {}, {}, {}, 0, {}};
+  const bool every_slot = spec.steps.kind == StepPolicy::Kind::All || spec.steps.kind == StepPolicy::Kind::Every;
+  if (store && every_slot && diffusion_mode_cached(o.mode)) cap.start_keeping();
   AfterForward fwd(model, [&](const StepInput& in) {
     cap.input = in;
     if (in.slots == 0) cap.full = in;

@@ -3,6 +3,7 @@
 // and the copying of one slot's row of every selected hook into a CapturedPrompt.
 #include <sonde/capture.h>
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -25,6 +26,11 @@ class TapStore {
   // Appends slot `slot` of batch row `b` of every selected hook to `cap`, with its /rows entry.
   void append_row(CapturedPrompt& cap, std::int64_t b, std::int64_t slot, const RowRecord& rec,
                   const StateValues& state) const;
+  // The same with each forward hook's values from `source(hook)` (numel(row_shape) floats).
+  void append_row_from(CapturedPrompt& cap, const RowRecord& rec, const StateValues& state,
+                       const std::function<const float*(const HookPoint&)>& source) const;
+  // Slot `slot` of batch row `b` of forward hook `hook` in the latest forward.
+  const float* row(const std::string& hook, std::int64_t b, std::int64_t slot) const;
 
  private:
   DecodeForward& model_;
@@ -52,6 +58,9 @@ class AfterForward : public DecodeForward {
   DecodeForward& inner_;
   std::function<void(const StepInput&)> after_;
 };
+
+// Floats in one row of a hook with a fixed row shape.
+std::int64_t row_numel(const HookPoint& h);
 
 // Kind of a prompt slot's row: Special for the spec's special ids, else Prompt.
 RowKind prompt_kind(const CaptureSpec& spec, std::int32_t token);

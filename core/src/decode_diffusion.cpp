@@ -81,6 +81,10 @@ void check_diffusion_options(const DiffusionOptions& o) {
   if (o.tokens_per_step < 0) bad_input("tokens_per_step must be at least 1, got {}", o.tokens_per_step);
   if (o.tokens_per_step > 0 && (o.sampling.alg == DiffusionAlg::Origin || o.sampling.alg == DiffusionAlg::ConfidenceThreshold))
     bad_input("tokens_per_step needs alg maskgit_plus, topk_margin or entropy, not {}", diffusion_alg_name(o.sampling.alg));
+  if (o.refresh_every < 0) bad_input("refresh_every must be at least 1, got {}", o.refresh_every);
+  if (o.refresh_every > 0 && !diffusion_mode_cached(o.mode))
+    bad_input("refresh_every: {} needs diffusion_mode block-cache or dual-cache, not {}", o.refresh_every,
+              diffusion_mode_name(o.mode));
   const auto blocks = block_count(o);
   if (scheduled(o) && o.steps < blocks)
     bad_input("steps: {} is fewer than the {} blocks of {} new tokens in blocks of {} (each block needs a step)", o.steps,

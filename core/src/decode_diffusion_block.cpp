@@ -46,6 +46,7 @@ struct BlockLoop {
   bool cached = false;                   // block-cache or dual-cache
   std::int64_t cache_block = -1;         // the block whose start refreshed the cache
   std::vector<std::int64_t> row_steps;   // cached without a schedule: each row's working steps
+  std::int64_t in_block = 0;             // cached: steps since the batch's block started
 
   std::uint64_t seed(std::int64_t r) const { return o.seeds.empty() ? 0 : o.seeds.at(static_cast<std::size_t>(r)); }
   std::uint64_t slot(std::int64_t r, std::int64_t j) const {
@@ -124,12 +125,15 @@ struct BlockLoop {
   bool full(std::int64_t r, std::int64_t b) const { return window(r, b).masked.empty(); }
 
   // The step's forward over the canvas working on block b: the whole canvas, or with a cache a
-  // refresh at the block's first step and a range of slots after it. `recomputed` gets the slots
+  // refresh at the block's first step (and, with refresh_every N, at its steps N, 2N, ...:
+  // dKV-Cache's periodic refresh) and a range of slots after it. `recomputed` gets the slots
   // each row's forward computed.
   StepLogits step_forward(std::int64_t b, std::vector<std::int64_t>& recomputed) {
     c.input.ids = c.x;
     recomputed.clear();
-    if (!cached || b != cache_block) {
+    in_block = b != cache_block ? 0 : in_block + 1;
+    const bool periodic = o.refresh_every > 0 && in_block % o.refresh_every == 0;
+    if (!cached || b != cache_block || periodic) {
       for (auto p : c.pad) recomputed.push_back(c.N - p);  // every real slot
       c.input.fill_cache = cached;
       cache_block = b;

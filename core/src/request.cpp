@@ -43,7 +43,8 @@ double number(const std::string& key, const json& v) {
 const std::vector<std::string>& GenerationSettings::keys() {
   static const std::vector<std::string> names{"max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
                                               "seed", "steps", "alg", "alg_temp", "eps", "stop",
-                                              "diffusion_mode", "block_size", "threshold", "tokens_per_step"};
+                                              "diffusion_mode", "block_size", "threshold", "tokens_per_step",
+                                              "refresh_every"};
   return names;
 }
 
@@ -64,6 +65,7 @@ GenerationSettings GenerationSettings::overridden_by(const GenerationSettings& o
   take(s.block_size, o.block_size);
   take(s.threshold, o.threshold);
   take(s.tokens_per_step, o.tokens_per_step);
+  take(s.refresh_every, o.refresh_every);
   return s;
 }
 
@@ -84,6 +86,7 @@ json GenerationSettings::to_json() const {
   set_if(j, "block_size", block_size);
   set_if(j, "threshold", threshold);
   set_if(j, "tokens_per_step", tokens_per_step);
+  set_if(j, "refresh_every", refresh_every);
   return j;
 }
 
@@ -108,6 +111,7 @@ GenerationSettings GenerationSettings::from_json(const json& o) {
     else if (key == "alg_temp") s.alg_temp = number(key, v);
     else if (key == "block_size") s.block_size = whole(key, v);
     else if (key == "tokens_per_step") s.tokens_per_step = whole(key, v);
+    else if (key == "refresh_every") s.refresh_every = whole(key, v);
     else if (key == "threshold") s.threshold = number(key, v);
     else if (key == "alg" || key == "diffusion_mode") {
       if (!v.is_string()) bad_value(key, v);
@@ -154,6 +158,10 @@ void GenerationSettings::check_diffusion_settings() const {
   if (tokens_per_step && (a == DiffusionAlg::Origin || a == DiffusionAlg::ConfidenceThreshold))
     bad_input("tokens_per_step: {} needs alg maskgit_plus, topk_margin or entropy, not {}", *tokens_per_step,
               diffusion_alg_name(a));
+  if (refresh_every && *refresh_every < 1) bad_input("refresh_every: {} is less than 1", *refresh_every);
+  if (refresh_every && !diffusion_mode_cached(mode))
+    bad_input("refresh_every: {} needs diffusion_mode block-cache or dual-cache, not {}", *refresh_every,
+              diffusion_mode_name(mode));
   if (alg_temp && *alg_temp > 0 && a == DiffusionAlg::ConfidenceThreshold)
     bad_input("alg_temp: {} is not used by alg confidence_threshold (it commits by threshold, not by drawing)", *alg_temp);
 }
@@ -195,6 +203,7 @@ DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfi
   d.block_size = s.block_size.value_or(d.block_size);
   d.threshold = s.threshold.value_or(d.threshold);
   d.tokens_per_step = s.tokens_per_step.value_or(0);
+  d.refresh_every = s.refresh_every.value_or(0);
   const auto mask = cfg.mask_token_id ? cfg.mask_token_id : gen.mask_token_id;
   if (!mask) bad_input("{}: config.json has no mask_token_id", cfg.dir.string());
   d.mask_id = static_cast<std::int32_t>(*mask);

@@ -27,6 +27,7 @@ nlohmann::json decoding(const RunModel& s, const std::vector<PreparedRequest>& p
     if (d.mode != DiffusionMode::Exact) e["block_size"] = d.block_size;
     if (d.sampling.alg == DiffusionAlg::ConfidenceThreshold) e["threshold"] = d.threshold;
     if (d.tokens_per_step > 0) e["tokens_per_step"] = d.tokens_per_step;
+    if (d.refresh_every > 0) e["refresh_every"] = d.refresh_every;
     if (d.sampling.alg != DiffusionAlg::ConfidenceThreshold && d.tokens_per_step == 0) e["steps"] = d.steps;
     if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
   }
@@ -97,6 +98,7 @@ RunMetadata run_metadata(const RunModel& s, const nlohmann::json& run_config, co
       m.ints["block_size"] = e.value("block_size", e["max_new_tokens"].get<std::int64_t>());
       if (e.contains("threshold")) m.strings["threshold"] = e["threshold"].dump();
       if (e.contains("tokens_per_step")) m.ints["tokens_per_step"] = e["tokens_per_step"].get<std::int64_t>();
+      if (e.contains("refresh_every")) m.ints["refresh_every"] = e["refresh_every"].get<std::int64_t>();
     }
   }
   return m;

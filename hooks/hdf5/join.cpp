@@ -21,7 +21,7 @@ struct Part {
   h5::Handle file;
 };
 
-const char* const kRows[] = {"prompt_idx", "pos", "token_id", "step", "kind"};
+const char* const kRows[] = {"prompt_idx", "pos", "token_id", "step", "kind", "fresh", "computed_step"};
 const char* const kPromptValues[] = {"prompt_idx", "row_count", "seed", "id_bytes", "text_bytes", "completion_bytes",
                                      "finish_reason_bytes", "token_ids"};
 const char* const kPromptOffsets[] = {"id_offsets", "text_offsets", "completion_offsets", "finish_reason_offsets",

@@ -77,7 +77,12 @@ void RowsTable::create(const Handle& file) {
   token_id_ = column(group_, "token_id", H5T_STD_I32LE);
   step_ = column(group_, "step", H5T_STD_I32LE);
   kind_ = column(group_, "kind", H5T_STD_U8LE);
+  fresh_ = column(group_, "fresh", H5T_STD_U8LE);
+  computed_step_ = column(group_, "computed_step", H5T_STD_I32LE);
   write_attr(group_, "kind_values", "0 prompt, 1 generated, 2 special, 3 masked, 4 committed at this step");
+  write_attr(group_, "fresh_values",
+             "1 computed by this step's forward; 0 served from a diffusion K/V cache: the values computed at "
+             "computed_step");
 }
 
 void RowsTable::open(const Handle& file) {
@@ -87,6 +92,8 @@ void RowsTable::open(const Handle& file) {
   token_id_ = Extendible::open(group_, "token_id");
   step_ = Extendible::open(group_, "step");
   kind_ = Extendible::open(group_, "kind");
+  fresh_ = Extendible::open(group_, "fresh");
+  computed_step_ = Extendible::open(group_, "computed_step");
 }
 
 void RowsTable::append(const std::vector<RowRecord>& rows) {
@@ -96,6 +103,8 @@ void RowsTable::append(const std::vector<RowRecord>& rows) {
   token_id_.append(pluck<std::int32_t>(rows, [](auto& r) { return r.token_id; }).data(), n, H5T_NATIVE_INT32);
   step_.append(pluck<std::int32_t>(rows, [](auto& r) { return r.step; }).data(), n, H5T_NATIVE_INT32);
   kind_.append(pluck<std::uint8_t>(rows, [](auto& r) { return r.kind; }).data(), n, H5T_NATIVE_UINT8);
+  fresh_.append(pluck<std::uint8_t>(rows, [](auto& r) { return r.fresh; }).data(), n, H5T_NATIVE_UINT8);
+  computed_step_.append(pluck<std::int32_t>(rows, [](auto& r) { return r.computed_step; }).data(), n, H5T_NATIVE_INT32);
 }
 
 void RowsTable::truncate(std::int64_t n) {

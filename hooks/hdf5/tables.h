@@ -36,7 +36,7 @@ class RaggedColumn {
   std::int64_t end_ = 0;
 };
 
-// /rows: prompt_idx i64, pos i32, token_id i32, step i32, kind u8.
+// /rows: prompt_idx i64, pos i32, token_id i32, step i32, kind u8, fresh u8, computed_step i32.
 class RowsTable {
  public:
   void create(const Handle& file);
@@ -48,9 +48,9 @@ class RowsTable {
   void close();
 
  private:
-  std::vector<Extendible*> columns() { return {&prompt_idx_, &pos_, &token_id_, &step_, &kind_}; }
+  std::vector<Extendible*> columns() { return {&prompt_idx_, &pos_, &token_id_, &step_, &kind_, &fresh_, &computed_step_}; }
   Handle group_;
-  Extendible prompt_idx_, pos_, token_id_, step_, kind_;
+  Extendible prompt_idx_, pos_, token_id_, step_, kind_, fresh_, computed_step_;
 };
 
 // /prompts: prompt_idx i64, row_start i64, row_count i64, seed u64, and the ragged fields

@@ -1,7 +1,8 @@
 // sonde batch of a Dream model in each cached diffusion mode (block-cache, dual-cache) with
 // --hooks/--acts, killed with SIGKILL as its results grow and resumed each time: the results file
-// and every HDF5 dataset, /steps included, equal an uninterrupted run's exactly. The cache lives
-// within one generation, so a resumed run recomputes it from the block's refresh like any run.
+// and every HDF5 dataset, /steps and /rows/fresh and computed_step included, equal an uninterrupted
+// run's exactly. The cache (and the rows kept for --diffusion-capture all) lives within one
+// generation, so a resumed run recomputes it from the block's refresh like any run.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,7 @@ std::vector<std::string> args_for(const std::filesystem::path& dir, const std::s
 
 const std::vector<std::string> kDatasets{"/acts/blocks.0.hook_resid_post", "/acts/blocks.1.hook_resid_post",
                                          "/rows/prompt_idx", "/rows/pos", "/rows/token_id", "/rows/step", "/rows/kind",
+                                         "/rows/fresh", "/rows/computed_step",
                                          "/steps/block", "/steps/n_recomputed", "/steps/n_transfer", "/prompts/token_ids"};
 
 std::int64_t lines_in(const std::filesystem::path& file) {
@@ -92,6 +94,8 @@ TEST_P(CachedBatchKill, SigkillThenResumeEqualsAnUninterruptedRun) {
     EXPECT_EQ(got.shape, want.shape) << d;
     EXPECT_TRUE(got.values == want.values) << d << " differs from the uninterrupted run";
   }
+  const auto fresh = as_ints(read_dataset(dir / "ref.h5", "/rows/fresh"));
+  EXPECT_GT(std::count(fresh.begin(), fresh.end(), 0), 0) << "no row was served from the cache";
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, CachedBatchKill, ::testing::Values("block-cache", "dual-cache"),

@@ -81,6 +81,13 @@ TEST_F(DiffusionModes, CachedModesRefuseBadValuesLikeBlockMode) {
                                "generate", {"threshold", t}, {"outside"}));
   EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "block-cache", "--block-size", "4", "--steps", "3"}), "generate",
                              {"steps", "3", "4 blocks"}, {"fewer"}));
+  for (const char* n : {"0"})
+    EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "dual-cache", "--refresh-every", n}), "generate",
+                               {"refresh_every", n}, {"less than 1"}));
+  EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "block", "--refresh-every", "2"}), "generate",
+                             {"refresh_every", "2", "block-cache or dual-cache"}, {}));
+  EXPECT_TRUE(one_line_error(batch(R"({"id": "a", "ids": [1, 2], "diffusion_mode": "block-cache", "refresh_every": 0})" "\n"),
+                             "batch", {"line 1", "refresh_every", "0"}, {"less than 1"}));
   // A block size that does not divide the generation: the last block is shorter (10 = 4 + 4 + 2).
   const auto o = generate({"--max-new-tokens", "10", "--diffusion-mode", "dual-cache", "--block-size", "4", "--json"});
   ASSERT_EQ(o.exit_code, 0) << o.describe();
@@ -89,8 +96,9 @@ TEST_F(DiffusionModes, CachedModesRefuseBadValuesLikeBlockMode) {
 
 // 3 prompt slots + 8 new in blocks of 4 (slots 3..6 and 7..10), one slot per step. A block's
 // first step computes all 11 slots; later ones [2, 11) then [6, 11) (block-cache) or [2, 7) then
-// [6, 11) (dual-cache). Only computed rows are captured.
-TEST_F(DiffusionModes, CachedModesRecordAndCaptureOnlyTheRecomputedSlots) {
+// [6, 11) (dual-cache). Every slot is captured at every step; only computed rows are fresh, the
+// others carry the values of their block's refresh (step 0 or 4).
+TEST_F(DiffusionModes, CachedModesRecordTheRecomputedSlotsAndMarkTheOthers) {
   for (const std::string mode : {"block-cache", "dual-cache"}) {
     SCOPED_TRACE(mode);
     const auto out = dir_ / (mode + ".h5");
@@ -102,13 +110,14 @@ TEST_F(DiffusionModes, CachedModesRecordAndCaptureOnlyTheRecomputedSlots) {
                                                 : std::vector<std::int64_t>{11, 5, 5, 5, 11, 5, 5, 5};
     EXPECT_EQ(read_ints(out, "/steps/n_recomputed"), expected);
     const auto steps = read_ints(out, "/rows/step"), pos = read_ints(out, "/rows/pos");
-    ASSERT_EQ(steps.size(), 11u + 3 * (expected[1] + 0) + 11 + 3 * 5) << "one row per computed slot";
+    const auto fresh = read_ints(out, "/rows/fresh"), computed = read_ints(out, "/rows/computed_step");
+    ASSERT_EQ(steps.size(), 8u * 11) << "every slot at every step";
     for (std::size_t i = 0; i < steps.size(); ++i) {
       const auto st = steps[i];
-      if (st == 0 || st == 4) continue;  // a refresh: every slot
       const std::int64_t first = st < 4 ? 2 : 6, end = mode == "dual-cache" ? first + 5 : 11;
-      EXPECT_GE(pos[i], first) << "row " << i << " step " << st;
-      EXPECT_LT(pos[i], end) << "row " << i << " step " << st;
+      const bool in_range = st == 0 || st == 4 || (pos[i] >= first && pos[i] < end);  // a refresh: every slot
+      EXPECT_EQ(fresh[i], in_range ? 1 : 0) << "row " << i << " step " << st;
+      EXPECT_EQ(computed[i], in_range ? st : st < 4 ? 0 : 4) << "row " << i << " step " << st;
     }
     EXPECT_EQ(int_attr(out, "block_size"), 4);
   }

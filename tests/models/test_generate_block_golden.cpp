@@ -77,6 +77,7 @@ std::vector<std::string> flags(const json& st, const std::string& backend) {
   if (st.contains("steps")) a.insert(a.end(), {"--steps", std::to_string(st["steps"].get<int>())});
   if (st.contains("threshold")) a.insert(a.end(), {"--threshold", num(st["threshold"].get<double>())});
   if (st.contains("tokens_per_step")) a.insert(a.end(), {"--tokens-per-step", std::to_string(st["tokens_per_step"].get<int>())});
+  if (st.contains("refresh_every")) a.insert(a.end(), {"--refresh-every", std::to_string(st["refresh_every"].get<int>())});
   if (st.contains("top_p")) a.insert(a.end(), {"--top-p", num(st["top_p"].get<double>())});
   if (st.contains("seed")) a.insert(a.end(), {"--seed", std::to_string(st["seed"].get<int>())});
   return a;
@@ -166,6 +167,7 @@ DiffusionOptions options(const json& st, const Session& s) {
   if (st.contains("top_p")) o.sampling.top_p = st["top_p"].get<double>();
   if (st.contains("threshold")) o.threshold = st["threshold"].get<double>();
   if (st.contains("tokens_per_step")) o.tokens_per_step = st["tokens_per_step"].get<std::int64_t>();
+  o.refresh_every = st.value("refresh_every", std::int64_t{0});
   o.mask_id = static_cast<std::int32_t>(s.info().mask_token_id);
   o.pad_id = static_cast<std::int32_t>(s.config().pad_token_id.value_or(0));
   return o;

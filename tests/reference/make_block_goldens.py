@@ -25,6 +25,9 @@ Written from docs/generation.md ("Block mode", "Parallel unmasking"), not from s
   and the range's K/V replace theirs in the cache. The batch works on one block: without a
   schedule a row whose block is full waits (commits nothing) until every row's is. The logits of
   every recomputed window are recorded (16 columns, the max and the logsumexp of each row).
+* refresh_every N (dKV-Cache's periodic refresh, arXiv 2505.15781, as docs/generation.md states
+  it): the steps N, 2N, ... of a block (counted from its first step, 0) are full forwards that
+  refresh the whole cache too; the steps between compute the range above over that cache.
 
 Only `sonde make-model` is taken from sonde (the weights), and counter_uniform's definition (the
 documented splitmix64 chain) for origin's reveals. The forward is make_generation_goldens.py's
@@ -77,6 +80,13 @@ CASES = [
                                         threshold="auto")),
     ("dualcache8_entropy_tps4", [6], dict(mode="dual-cache", alg="entropy", max_new_tokens=24, block_size=8,
                                           tokens_per_step=4)),
+    ("blockcache8_maskgit_plus_steps24_refresh3", [6], dict(mode="block-cache", alg="maskgit_plus", steps=24,
+                                                            max_new_tokens=24, block_size=8, refresh_every=3)),
+    ("dualcache8_entropy_tps2_refresh2", [6], dict(mode="dual-cache", alg="entropy", max_new_tokens=24, block_size=8,
+                                                   tokens_per_step=2, refresh_every=2)),
+    ("batch2_dualcache8_threshold_refresh2", [9, 4], dict(mode="dual-cache", alg="confidence_threshold",
+                                                          max_new_tokens=24, block_size=8, threshold="auto",
+                                                          refresh_every=2)),
 ]
 LOGIT_COLUMNS = list(range(0, 2048, 128))  # the tiny preset's vocabulary is 2048
 
@@ -177,7 +187,7 @@ def block_decode(m, prompts, st, seeds):
     pads = [T - len(p) for p in prompts]
     mode = st.get("mode", "block")
     cached = mode in ("block-cache", "dual-cache")
-    cache, cache_block = None, -1
+    cache, cache_block, in_block = None, -1, 0
     windows = []  # cached modes: per step, the forward's first slot, width and per row summaries
     cur = [0] * B
     hist = []
@@ -196,7 +206,9 @@ def block_decode(m, prompts, st, seeds):
                 break
         if cached:
             bb = min(cur)  # the batch's block: rows whose block is full wait
-            if bb != cache_block:
+            in_block = 0 if bb != cache_block else in_block + 1
+            every = st.get("refresh_every", 0)
+            if bb != cache_block or (every > 0 and in_block % every == 0):
                 full, cache = forward_kv(m, x, tok_idx, allowed)
                 cache_block = bb
                 logits = torch.cat([full[:, :1], full[:, :-1]], dim=1)
@@ -323,6 +335,7 @@ def main():
                 c["windows"] = res["windows"]
                 plain = dict(s)
                 plain.pop("mode")  # the same case in block mode, for the report beside exact
+                plain.pop("refresh_every", None)
                 c["block_mode_sequences"] = block_decode(m, prompts, plain, [s.get("seed", 0) + r for r in
                                                                              range(len(prompts))])["sequences"]
             out["cases"].append(c)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-ROW_COLUMNS = ("prompt_idx", "pos", "token_id", "step", "kind")
+ROW_COLUMNS = ("prompt_idx", "pos", "token_id", "step", "kind", "fresh", "computed_step")
 
 
 def _string(f, group, name, i):
@@ -86,7 +86,7 @@ class Dump:
         return d[a:b]
 
     def rows(self, prompt=None):
-        """The /rows columns (prompt_idx, pos, token_id, step, kind), of one prompt or all."""
+        """The /rows columns (prompt_idx, pos, token_id, step, kind, fresh, computed_step), of one prompt or all."""
         a, b = (0, self._range(self._n - 1)[1] if self._n else 0) if prompt is None else self._range(prompt)
         return {c: self._f["rows"][c][a:b] for c in ROW_COLUMNS}
 

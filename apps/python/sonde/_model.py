@@ -37,7 +37,7 @@ class Tokenizer:
 
 class Cache:
     """Captured activations: `cache[hook]` is an array [rows, *row_shape]; row i is described by
-    `cache.rows[col][i]` (prompt_idx, pos, token_id, step, kind), as in the file's /rows."""
+    `cache.rows[col][i]` (prompt_idx, pos, token_id, step, kind, fresh, computed_step), as in the file's /rows."""
 
     def __init__(self, arrays, rows, steps, hooks):
         self._arrays = arrays
@@ -100,7 +100,8 @@ class Generation:
 
 def _no_rows():
     return {k: np.zeros(0, dt) for k, dt in
-            (("prompt_idx", np.int64), ("pos", np.int32), ("token_id", np.int32), ("step", np.int32), ("kind", np.uint8))}
+            (("prompt_idx", np.int64), ("pos", np.int32), ("token_id", np.int32), ("step", np.int32), ("kind", np.uint8),
+             ("fresh", np.uint8), ("computed_step", np.int32))}
 
 
 def _is_ids(x):

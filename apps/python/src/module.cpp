@@ -79,19 +79,22 @@ pb::dict hook_arrays(MemorySink& m) {
 
 pb::dict row_table(const std::vector<RowRecord>& rows) {
   std::vector<std::int64_t> prompt;
-  std::vector<std::int32_t> pos, token, step;
-  std::vector<std::uint8_t> kind;
+  std::vector<std::int32_t> pos, token, step, computed_step;
+  std::vector<std::uint8_t> kind, fresh;
   for (const auto& r : rows) {
     prompt.push_back(r.prompt_idx);
     pos.push_back(r.pos);
     token.push_back(r.token_id);
     step.push_back(r.step);
     kind.push_back(static_cast<std::uint8_t>(r.kind));
+    fresh.push_back(r.fresh);
+    computed_step.push_back(r.computed_step);
   }
   const std::vector<pb::ssize_t> n{static_cast<pb::ssize_t>(rows.size())};
   return pb::dict("prompt_idx"_a = owned_array(std::move(prompt), n), "pos"_a = owned_array(std::move(pos), n),
                   "token_id"_a = owned_array(std::move(token), n), "step"_a = owned_array(std::move(step), n),
-                  "kind"_a = owned_array(std::move(kind), n));
+                  "kind"_a = owned_array(std::move(kind), n), "fresh"_a = owned_array(std::move(fresh), n),
+                  "computed_step"_a = owned_array(std::move(computed_step), n));
 }
 
 pb::list step_table(const std::vector<StepRecord>& steps) {

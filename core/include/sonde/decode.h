@@ -129,6 +129,9 @@ struct DiffusionOptions {
   std::int64_t block_size = 32;               // block mode
   double threshold = 0.9;                     // alg confidence_threshold: commit p[token] >= threshold
   std::int64_t tokens_per_step = 0;           // > 0: this many per step instead of the steps schedule
+  // Cached modes: > 0 refreshes the whole cache (a full forward) every this many steps of a block
+  // (dKV-Cache-style); 0: only at each block's first step.
+  std::int64_t refresh_every = 0;
   std::int64_t max_new_tokens = 16;
   std::int64_t steps = 16;
   double eps = 1e-3;
@@ -141,7 +144,8 @@ struct DiffusionOptions {
 
 // BadInput for options no loop can run: steps or max_new_tokens < 1, eps outside (0, 1), a
 // negative alg_temp or block_size < 1, threshold outside (0, 1], tokens_per_step < 0 or set with
-// origin or confidence_threshold, fewer steps than blocks.
+// origin or confidence_threshold, fewer steps than blocks, refresh_every < 0 or set without a
+// cached mode.
 void check_diffusion_options(const DiffusionOptions& o);
 
 // The blocks of the generation (slots [start, start + length) after the prompt) and the steps

@@ -27,6 +27,7 @@ struct GenerationSettings {
   // confidence_threshold's threshold (default 0.9), a fixed number of slots per step.
   std::optional<std::string> diffusion_mode;
   std::optional<std::int64_t> block_size, tokens_per_step;
+  std::optional<std::int64_t> refresh_every;  // cached modes: a full refresh every N steps of a block
   std::optional<double> threshold;
   std::optional<std::vector<std::string>> stop;   // autoregressive stop strings
   std::optional<std::uint64_t> seed;              // else the run's seed + the request's index
@@ -45,7 +46,7 @@ struct GenerationSettings {
   // alg_temp, top_p outside (0, 1], repetition_penalty <= 0, eps outside (0, 1), an unknown alg
   // or diffusion_mode, block_size or tokens_per_step < 1, threshold outside (0, 1] or without alg
   // confidence_threshold, block_size with mode exact, tokens_per_step with origin or
-  // confidence_threshold.
+  // confidence_threshold, refresh_every < 1 or without a cached mode.
   void check() const;
   void check_diffusion_settings() const;  // the diffusion part of check()
   // The keys from_json accepts.

@@ -24,6 +24,10 @@ struct RowRecord {
   std::int32_t token_id = 0;
   std::int32_t step = -1;
   RowKind kind = RowKind::Prompt;
+  // 1: the values were computed by this row's step's forward; 0: a cached diffusion step did not
+  // compute this slot and the values are those of step `computed_step` (whose K/V it attended to).
+  std::uint8_t fresh = 1;
+  std::int32_t computed_step = -1;  // the step whose forward computed the values; = step when fresh
 };
 
 struct PromptRecord {
