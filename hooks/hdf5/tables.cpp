@@ -1,5 +1,7 @@
 #include "tables.h"
 
+#include <sonde/error.h>
+
 namespace sonde::h5 {
 namespace {
 
@@ -92,6 +94,11 @@ void RowsTable::open(const Handle& file) {
   token_id_ = Extendible::open(group_, "token_id");
   step_ = Extendible::open(group_, "step");
   kind_ = Extendible::open(group_, "kind");
+  // Files from before the cached diffusion modes marked reused rows have no such column.
+  if (H5Lexists(group_.id(), "fresh", H5P_DEFAULT) <= 0)
+    bad_input("{} has no 'fresh' column: it was written by an older sonde; finish it with that version or start "
+              "the run again",
+              group_.where());
   fresh_ = Extendible::open(group_, "fresh");
   computed_step_ = Extendible::open(group_, "computed_step");
 }

@@ -203,6 +203,21 @@ TEST(Hdf5Streaming, RunConfigMismatchOnResumeIsBadInputNamingBothValues) {
   EXPECT_THAT(msg, AllOf(HasSubstr(path), HasSubstr("aaaa1111"), HasSubstr("bbbb2222"), HasSubstr("run_config_sha256")));
 }
 
+// A file from before /rows/fresh existed (made here by deleting the column) is refused with one
+// line naming the file and the column, not an HDF5 error.
+TEST(Hdf5Streaming, ResumeOfAFileWithoutTheFreshColumnIsBadInput) {
+  const auto path = (temp_dir() / "older.h5").string();
+  stream_and_abandon(path, 1, 2, "aaaa1111");
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  ASSERT_GE(H5Ldelete(f, "/rows/fresh", H5P_DEFAULT), 0);
+  H5Fclose(f);
+  auto sink = make_hdf5_sink();
+  const auto msg = error_of([&] { sink->open(resuming(path), stream_meta("aaaa1111"), stream_hooks()); },
+                            ErrorKind::BadInput);
+  EXPECT_THAT(msg, AllOf(HasSubstr(path), HasSubstr("no 'fresh' column"), HasSubstr("older sonde")));
+}
+
 TEST(Hdf5Streaming, ResumeOfAOneShotFileIsBadInput) {
   const auto path = (temp_dir() / "oneshot.h5").string();
   auto one = make_hdf5_sink();

@@ -278,3 +278,26 @@ TEST(RunDataParallel, ASinkThatCannotJoinIsRefusedBeforeTheRun) {
 
 }  // namespace
 }  // namespace sonde::test
+
+namespace sonde {
+namespace {
+
+// ProcessGroup::allgather_into's default (through allgather): parts of different lengths (one
+// empty) land in rank order in the caller's buffer, each rank's count comes back, and a buffer of
+// the wrong length is refused on every rank alike.
+TEST(ProcessGroupDefaults, AllgatherIntoConcatenatesInRankOrder) {
+  const auto errors = test::run_ranks(3, [](ProcessGroup& g) {
+    const std::vector<std::vector<float>> parts = {{1, 2}, {}, {3, 4, 5}};
+    const auto& mine = parts[static_cast<std::size_t>(g.rank())];
+    std::vector<float> all(5, -1);
+    const auto sizes = g.allgather_into(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)));
+    EXPECT_THAT(all, testing::ElementsAre(1, 2, 3, 4, 5));
+    EXPECT_THAT(sizes, testing::ElementsAre(8u, 0u, 12u));
+    std::vector<float> short_buffer(4);
+    g.allgather_into(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(short_buffer)));
+  });
+  for (const std::string& e : errors) EXPECT_THAT(e, testing::HasSubstr("gave 20 bytes in all, the caller expected 16"));
+}
+
+}  // namespace
+}  // namespace sonde
