@@ -202,6 +202,19 @@ LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_
   return choose_linear(M, K, N, wt == DType::f32 ? 4.0 : 2.0, c.rates, c.linear_mode);
 }
 
+// The best of 3 timed runs of `run` after an untimed warm-up, in seconds.
+template <typename F>
+double best_seconds(F run) {
+  double best = 1e30;
+  for (int r = 0; r < 4; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) best = std::min(best, s);
+  }
+  return best;
+}
+
 // 96 x 1024 x 512 with f32 W (about 0.1 GFLOP, 2 MB of W: from L2/L3, as a prefill's W panels
 // after their first read): the best of 3 after a warm-up.
 double measure_gemm_flops(const Ctx& c) {
@@ -210,14 +223,7 @@ double measure_gemm_flops(const Ctx& c) {
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) * 0.125f - 0.25f;
   const Job j{x.data(), w.data(), WType::f32, nullptr, y.data(), M, K, N};
-  double best = 1e30;
-  for (int r = 0; r < 4; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    gemm(c, j);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) best = std::min(best, s);
-  }
-  return 2.0 * M * K * N / best;
+  return 2.0 * M * K * N / best_seconds([&] { gemm(c, j); });
 }
 
 // 48 x 1024 x (128 per thread) with bf16 W: 256 KB of W per thread, in L2 after the warm-up, as
@@ -229,14 +235,7 @@ double measure_gemv_flops(const Ctx& c) {
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint16_t>(0x3e00 + i % 5 * 0x40);  // 0.125 .. 0.5
   const Job j{x.data(), w.data(), WType::bf16, nullptr, y.data(), M, K, N};
-  double best = 1e30;
-  for (int r = 0; r < 4; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    gemv(c, j);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) best = std::min(best, s);
-  }
-  return 2.0 * static_cast<double>(M * K * N) / best;
+  return 2.0 * static_cast<double>(M * K * N) / best_seconds([&] { gemv(c, j); });
 }
 
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8) {
