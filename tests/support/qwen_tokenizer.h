@@ -19,6 +19,16 @@ namespace sonde::test {
 
 inline std::filesystem::path own_tokenizer_data() { return data_dir() / "bpe-vocab"; }
 
+// An id of the own vocabulary as its vocab.json states it (read here, not through the tokenizer,
+// so tests take expected ids from the data).
+inline std::int32_t own_vocab_id(const std::string& token) {
+  static const nlohmann::json vocab = [] {
+    std::ifstream in(own_tokenizer_data() / "vocab.json");
+    return nlohmann::json::parse(in);
+  }();
+  return vocab.at(token).get<std::int32_t>();
+}
+
 // ../shared's copy of the Qwen2.5 / Dream tokenizer files (used only by *Shared suites).
 inline std::filesystem::path shared_tokenizer_fixture() { return shared_dir() / "fixtures/qwen2.5-tokenizer"; }
 

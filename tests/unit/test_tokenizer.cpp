@@ -48,15 +48,6 @@ const Tokenizer& real_qwen() {
   return tok;
 }
 
-// An id of the own vocabulary as vocab.json states it (read here, not through the tokenizer).
-std::int32_t own_vocab_id(const std::string& token) {
-  static const json vocab = [] {
-    std::ifstream in(test::own_tokenizer_data() / "vocab.json");
-    return json::parse(in);
-  }();
-  return vocab.at(token).get<std::int32_t>();
-}
-
 // One JSON object per line; lines split on '\n' only (texts hold U+2028 and U+0085).
 std::vector<json> read_cases(const fs::path& file) {
   std::vector<json> cases;
@@ -137,15 +128,15 @@ TEST(TokenizerQwen, OwnCasesMatchTheReferenceScript) {
 TEST(TokenizerQwen, AddedTokensKeepQwenIdsBesideTheVocabulary) {
   EXPECT_EQ(qwen().token_id("<|endoftext|>"), 151643);
   EXPECT_EQ(qwen().token_id("<|file_sep|>"), 151664);
-  EXPECT_EQ(qwen().token_id("\xC4\xA0the"), own_vocab_id("\xC4\xA0the"));  // "Ġthe" as written in vocab.json
+  EXPECT_EQ(qwen().token_id("\xC4\xA0the"), test::own_vocab_id("\xC4\xA0the"));  // "Ġthe" as written in vocab.json
   EXPECT_THAT(qwen().encode("<|im_start|>hi<|im_end|>"),
-              testing::ElementsAre(151644, own_vocab_id("hi"), 151645));
+              testing::ElementsAre(151644, test::own_vocab_id("hi"), 151645));
   EXPECT_EQ(qwen().token_id("<|mask|>"), std::nullopt);  // Dream's, not Qwen2.5's
   EXPECT_EQ(qwen().vocab_size(), 151665u);               // ids up to the last added token
   EXPECT_EQ(qwen().token_bytes(151000), "");             // between the vocabulary and the added tokens
   EXPECT_TRUE(qwen().is_special(151643));
   EXPECT_FALSE(qwen().is_special(151657));  // <tool_call> is added but not special
-  EXPECT_FALSE(qwen().is_special(own_vocab_id("\xC4\xA0the")));
+  EXPECT_FALSE(qwen().is_special(test::own_vocab_id("\xC4\xA0the")));
 }
 
 // `hi` is one token in both vocabularies.
@@ -158,7 +149,7 @@ void expect_decode_skips_specials(const Tokenizer& tok, std::int32_t hi, std::in
 }
 
 TEST(TokenizerQwen, DecodeSkipsSpecialTokensOnRequest) {
-  expect_decode_skips_specials(qwen(), own_vocab_id("hi"), own_vocab_id("user"), own_vocab_id("\xC4\x8A"));
+  expect_decode_skips_specials(qwen(), test::own_vocab_id("hi"), test::own_vocab_id("user"), test::own_vocab_id("\xC4\x8A"));
 }
 
 TEST(TokenizerQwen, InvalidUtf8InputIsBadInputNamingTheOffset) {
