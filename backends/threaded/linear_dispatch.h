@@ -8,7 +8,9 @@
 //    3 x rows passes over them: one read of W from memory plus ceil(M / 3) passes at the
 //    kernel's in-cache rate.
 //  - gemm: W is read once, widened to f32 panels that stay in L2 while all x rows pass over them:
-//    one read of W plus the arithmetic at the host's GEMM rate.
+//    one read of W, the widening (a cost per weight whatever the rows), and the arithmetic at
+//    the host's GEMM rate. Without the widening's share a few rows looked cheaper on the GEMM
+//    whenever its rate came out above 2/3 of the GEMV's, and 4-row decode steps ran 2.8x slower.
 // Plain C++ (no sonde headers) so that the unit test can link it alone.
 #include <cstdint>
 #include <string_view>
@@ -19,11 +21,13 @@ enum class LinearPath { gemv, gemm };
 enum class LinearMode { automatic, gemv, gemm };  // SONDE_THREADED_LINEAR=auto|gemv|gemm
 
 // Measured once per process and pool size, all over the whole pool: a streaming read's bytes/s,
-// the GEMM path's flop/s, and the GEMV kernel's flop/s on W chunks in L2 (groups of 3 x rows).
+// the GEMM path's flop/s and its time per weight (the slope and intercept of two runs at
+// different row counts), and the GEMV kernel's flop/s on W chunks in L2 (groups of 3 x rows).
 struct HostRates {
   double read_bytes_per_s = 0;
   double gemm_flops_per_s = 0;
   double gemv_flops_per_s = 0;
+  double gemm_fixed_s_per_weight = 0;  // the GEMM path's time per weight element whatever M
 };
 
 // Seconds each path is predicted to take on an M x K x N Linear whose W elements are

@@ -28,8 +28,9 @@ void embedding(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& ou
 void rms_norm(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 // The path (linear_dispatch.h) of a Linear on native weights, M x K x N, W of dtype wt.
 LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt);
-// Times the GEMM path on a synthetic in-cache problem with this pool (for HostRates).
-double measure_gemm_flops(const Ctx& c);
+// Times the GEMM path on a synthetic in-cache problem with this pool at two row counts: sets
+// HostRates' gemm_flops_per_s and gemm_fixed_s_per_weight.
+void measure_gemm(const Ctx& c, HostRates& r);
 // Times the GEMV kernel on L2-resident W chunks (groups of 3 x rows) with this pool (for HostRates).
 double measure_gemv_flops(const Ctx& c);
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8);
