@@ -99,8 +99,8 @@ void check_part_places(const RunOptions& o, int replicas) {
   int found = 0, beyond = -1;
   for (const auto& e : fs::directory_iterator(dir)) {
     const auto name = e.path().filename().string();
-    int r = -1;
-    if (std::sscanf(name.c_str(), "rank-%d.jsonl", &r) != 1) continue;
+    int r = -1, end = 0;  // exactly rank-<r>.jsonl: not its .lock, nor the .progress beside it
+    if (std::sscanf(name.c_str(), "rank-%d.jsonl%n", &r, &end) != 1 || end != static_cast<int>(name.size())) continue;
     if (r < replicas) ++found;
     else beyond = std::max(beyond, r);
   }
