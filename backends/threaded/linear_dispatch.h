@@ -1,5 +1,5 @@
 #pragma once
-// Which path a Linear on native (f32/f16/bf16) weights takes, from the work alone. Both paths
+// Which path a Linear on f32/f16/bf16 or q8 weights takes, from the work alone. Both paths
 // run the same GEMV kernel on every output (gemm() feeds it W rows widened to f32 first), so the
 // choice changes the speed, never a bit of the result: a prompt's numbers do not depend on how
 // many rows share its micro-batch.
@@ -27,7 +27,7 @@ struct HostRates {
 };
 
 // Seconds each path is predicted to take on an M x K x N Linear whose W elements are
-// `w_bytes` each (2 for bf16/f16, 4 for f32).
+// `w_bytes` each (2 for bf16/f16, 4 for f32, 1.125 for q8: 32 int8 and an f32 scale per block).
 double gemv_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r);
 double gemm_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r);
 

@@ -26,17 +26,18 @@ template <typename Fn> void for_chunks(ThreadPool& pool, std::int64_t n, std::in
 
 void embedding(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void rms_norm(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
-// The path (linear_dispatch.h) of a Linear on native weights, M x K x N, W of dtype wt.
-LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt);
+// The path (linear_dispatch.h) of a Linear, M x K x N, W of w_bytes per element (weight_bytes).
+LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes);
+// The bytes per element a Linear reads: its q8 copy's (1.125) when it has one, else its dtype's.
+double weight_bytes(DType wt, bool q8);
 // Times the GEMM path on a synthetic in-cache problem with this pool (for HostRates).
 double measure_gemm_flops(const Ctx& c);
 // Times the GEMV kernel on L2-resident W chunks (groups of 3 x rows) with this pool (for HostRates).
 double measure_gemv_flops(const Ctx& c);
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8);
-// Linears that read one x: those with weights read natively that take the GEMV path split the
-// rows of all their weights into one set of tasks (one parallel region), and so do
-// those with q8 weights (q8[i], else null) and one x row, which also quantise x once. The
-// results are those of linear() on each; the rest run one by one.
+// Linears that read one x: those that take the GEMV path, native or q8 (q8[i], else null), split
+// the rows of all their weights into one set of tasks (one parallel region). The results are
+// those of linear() on each; the rest run one by one.
 void linear_siblings(const Ctx& c, std::span<const Node* const> nodes, std::span<const ops::Inputs> in,
                      std::span<const TensorView> outs, std::span<const Q8Weight* const> q8);
 void rope(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
