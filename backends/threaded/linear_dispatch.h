@@ -19,11 +19,14 @@ enum class LinearPath { gemv, gemm };
 enum class LinearMode { automatic, gemv, gemm };  // SONDE_THREADED_LINEAR=auto|gemv|gemm
 
 // Measured once per process and pool size, all over the whole pool: a streaming read's bytes/s,
-// the GEMM path's flop/s, and the GEMV kernel's flop/s on W chunks in L2 (groups of 3 x rows).
+// the GEMM path's flop/s, and the GEMV kernel's flop/s on W chunks in L2 (groups of 3 x rows),
+// for bf16 W and for q8 W (whose widening costs one more operation per vector: about 0.85x
+// the bf16 rate on the AVX-512 host of bench/README.md, so q8 turns to the GEMM path sooner).
 struct HostRates {
   double read_bytes_per_s = 0;
   double gemm_flops_per_s = 0;
   double gemv_flops_per_s = 0;
+  double gemv_q8_flops_per_s = 0;
 };
 
 // Seconds each path is predicted to take on an M x K x N Linear whose W elements are

@@ -26,14 +26,12 @@ template <typename Fn> void for_chunks(ThreadPool& pool, std::int64_t n, std::in
 
 void embedding(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void rms_norm(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
-// The path (linear_dispatch.h) of a Linear, M x K x N, W of w_bytes per element (weight_bytes).
-LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes);
-// The bytes per element a Linear reads: its q8 copy's (1.125) when it has one, else its dtype's.
-double weight_bytes(DType wt, bool q8);
+// The path (linear_dispatch.h) of a Linear, M x K x N, W of dtype wt or its q8 copy.
+LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt, bool q8);
 // Times the GEMM path on a synthetic in-cache problem with this pool (for HostRates).
 double measure_gemm_flops(const Ctx& c);
-// Times the GEMV kernel on L2-resident W chunks (groups of 3 x rows) with this pool (for HostRates).
-double measure_gemv_flops(const Ctx& c);
+// Times the GEMV kernel on L2-resident bf16 (or q8) W chunks (groups of 3 x rows) with this pool (for HostRates).
+double measure_gemv_flops(const Ctx& c, bool q8);
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8);
 // Linears that read one x: those that take the GEMV path, native or q8 (q8[i], else null), split
 // the rows of all their weights into one set of tasks (one parallel region). The results are

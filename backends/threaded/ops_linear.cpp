@@ -171,11 +171,13 @@ void gemvs(const Ctx& c, const std::vector<Job>& jobs) {
 
 }  // namespace
 
-LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes) {
-  return choose_linear(M, K, N, w_bytes, c.rates, c.linear_mode);
+// A q8 Linear reads 1.125 bytes per weight and runs the GEMV at the q8 rate.
+LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt, bool q8) {
+  if (!q8) return choose_linear(M, K, N, wt == DType::f32 ? 4.0 : 2.0, c.rates, c.linear_mode);
+  HostRates r = c.rates;
+  r.gemv_flops_per_s = r.gemv_q8_flops_per_s;
+  return choose_linear(M, K, N, kQ8BytesPerWeight, r, c.linear_mode);
 }
-
-double weight_bytes(DType wt, bool q8) { return q8 ? kQ8BytesPerWeight : wt == DType::f32 ? 4.0 : 2.0; }
 
 namespace {
 // The Linear's job; W is the q8 copy when there is one (its shape checked against the node's).
@@ -218,13 +220,17 @@ double measure_gemm_flops(const Ctx& c) {
 
 // 48 x 1024 x (128 per thread) with bf16 W: 256 KB of W per thread, in L2 after the warm-up, as
 // each chunk of a prefill's W is for every group of 3 x rows after its first pass; best of 3.
-double measure_gemv_flops(const Ctx& c) {
+// q8: the same shape with q8 W (144 KB per thread).
+double measure_gemv_flops(const Ctx& c, bool q8) {
   const std::int64_t M = 48, K = 1024, N = 128 * c.pool.size();
   std::vector<float> x(static_cast<std::size_t>(M * K)), y(static_cast<std::size_t>(M * N));
   std::vector<std::uint16_t> w(static_cast<std::size_t>(N * K));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint16_t>(0x3e00 + i % 5 * 0x40);  // 0.125 .. 0.5
-  const Job j{x.data(), w.data(), WType::bf16, nullptr, y.data(), M, K, N};
+  std::vector<unsigned char> wq(static_cast<std::size_t>(N * q8_row_bytes(K)));
+  for (std::size_t i = 0; i < wq.size(); ++i) wq[i] = static_cast<unsigned char>(i % 64);  // scales tiny, finite
+  const Job j{x.data(), q8 ? static_cast<const void*>(wq.data()) : w.data(), q8 ? WType::q8 : WType::bf16, nullptr,
+              y.data(), M, K, N};
   return 2.0 * static_cast<double>(M * K * N) / best_seconds([&] { gemv(c, j); });
 }
 
@@ -235,7 +241,7 @@ void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, 
   if (d.K == 0) {
     std::memset(j.y, 0, static_cast<std::size_t>(d.M * d.N) * sizeof(float));
     add_bias(j, 0, d.M, 0, d.N);
-  } else if (linear_path(c, d.M, d.K, d.N, weight_bytes(in[1].dtype, q8 != nullptr)) == LinearPath::gemv) {
+  } else if (linear_path(c, d.M, d.K, d.N, in[1].dtype, q8 != nullptr) == LinearPath::gemv) {
     gemv(c, j);
   } else {
     gemm(c, j);
@@ -249,7 +255,7 @@ void linear_siblings(const Ctx& c, std::span<const Node* const> nodes, std::span
     ops::LinearDims d;
     const Job j = linear_job(*nodes[i], in[i], outs[i], q8[i], d);
     if (d.K == 0 || d.M == 0 || d.N == 0 ||
-        linear_path(c, d.M, d.K, d.N, weight_bytes(in[i][1].dtype, q8[i] != nullptr)) == LinearPath::gemm)
+        linear_path(c, d.M, d.K, d.N, in[i][1].dtype, q8[i] != nullptr) == LinearPath::gemm)
       linear(c, *nodes[i], in[i], outs[i], q8[i]);
     else
       jobs.push_back(j);

@@ -78,8 +78,7 @@ bool rows_dense(const TensorView& v) {
 bool streams(const Ctx& c, const TensorView& linear_out, const TensorView& w, bool q8) {
   if (linear_out.shape.rank < 1 || w.shape.rank != 2) return false;
   const std::int64_t N = linear_out.shape[linear_out.shape.rank - 1];
-  return linear_path(c, linear_out.numel() / std::max<std::int64_t>(1, N), w.shape[1], N, weight_bytes(w.dtype, q8)) ==
-         LinearPath::gemv;
+  return linear_path(c, linear_out.numel() / std::max<std::int64_t>(1, N), w.shape[1], N, w.dtype, q8) == LinearPath::gemv;
 }
 
 // The host's rates for the Linear dispatch, measured once per process and pool size: a streaming
@@ -96,9 +95,11 @@ HostRates measure_rates(ThreadPool& pool, const Kernels& k) {
   HostRates r;
   r.read_bytes_per_s = static_cast<double>(buf.size()) / host::fastest_read({&range, 1}, pool.size());
   r.gemm_flops_per_s = measure_gemm_flops(Ctx{pool, k, LinearMode::gemm, {}});
-  r.gemv_flops_per_s = measure_gemv_flops(Ctx{pool, k, LinearMode::gemv, {}});
-  spdlog::debug("backend threaded: {:.1f} GB/s read, {:.1f} GFLOP/s GEMM, {:.1f} GFLOP/s GEMV in L2 ({} threads)",
-                r.read_bytes_per_s / 1e9, r.gemm_flops_per_s / 1e9, r.gemv_flops_per_s / 1e9, pool.size());
+  r.gemv_flops_per_s = measure_gemv_flops(Ctx{pool, k, LinearMode::gemv, {}}, false);
+  r.gemv_q8_flops_per_s = measure_gemv_flops(Ctx{pool, k, LinearMode::gemv, {}}, true);
+  spdlog::debug("backend threaded: {:.1f} GB/s read, {:.1f} GFLOP/s GEMM, {:.1f} / {:.1f} GFLOP/s GEMV in L2, bf16 / q8 ({} threads)",
+                r.read_bytes_per_s / 1e9, r.gemm_flops_per_s / 1e9, r.gemv_flops_per_s / 1e9, r.gemv_q8_flops_per_s / 1e9,
+                pool.size());
   return cache[key] = r;
 }
 }  // namespace
