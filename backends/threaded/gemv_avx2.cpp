@@ -2,7 +2,7 @@
 // 16 elements of K per step: rows [n0, n1) read as R long streams (block i takes row i of each of
 // R equal runs), R rows share the x vectors, two accumulators per (row, x row), bf16 widened by
 // zero-extending to 32-bit lanes and shifting up, rows prefetched kAhead bytes ahead (on into the
-// stream's next row).
+// stream's next row). q8 rows (kernels.h) are widened as w = float(q) * s, a step being half a block.
 // Summation order of one output: lane-wise over the K steps in ascending order, then the two
 // accumulators added and the 8 lanes reduced; it depends only on K.
 #include "kernels.h"
