@@ -11,14 +11,15 @@ namespace {
 void widen_row(const TensorView& w, std::int64_t n, float* row) {
   const std::int64_t K = w.shape[1];
   const auto* p = static_cast<const unsigned char*>(w.data);
+  if (w.dtype == DType::f32) {
+    std::memcpy(row, p + n * K * 4, static_cast<std::size_t>(K) * 4);
+    return;
+  }
+  const bool bf16 = w.dtype == DType::bf16;
   for (std::int64_t i = 0; i < K; ++i) {
-    if (w.dtype == DType::f32) {
-      std::memcpy(row + i, p + (n * K + i) * 4, 4);
-      continue;
-    }
     std::uint16_t h;
     std::memcpy(&h, p + (n * K + i) * 2, 2);
-    row[i] = w.dtype == DType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+    row[i] = bf16 ? bf16_to_f32(h) : f16_to_f32(h);
   }
 }
 
@@ -31,16 +32,20 @@ float round_even(float v) {
   return (v + kMagic) - kMagic;
 }
 
-// One row of K floats as blocks (scale, then 32 int8; zero past K).
+// One row of K floats as blocks (scale, then 32 int8; zero past K). Plain loops over a block that
+// the compiler vectorises (the max as a compare-select, the rounding as adds, the cast truncating
+// an integral value), unlike std::fmax and std::nearbyint (a libm call per weight).
 void quantize_row(const float* x, std::int64_t K, unsigned char* out) {
   for (std::int64_t lo = 0; lo < K; lo += kQ8Block, out += kQ8BlockBytes) {
-    const std::int64_t hi = std::min(K, lo + kQ8Block);
+    float v[kQ8Block] = {};
+    std::memcpy(v, x + lo, static_cast<std::size_t>(std::min(kQ8Block, K - lo)) * sizeof(float));
     float amax = 0;
-    for (std::int64_t i = lo; i < hi; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    for (float f : v) amax = std::max(amax, std::fabs(f));
     const float s = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
     std::memcpy(out, &s, 4);
-    auto* q = reinterpret_cast<std::int8_t*>(out + 4);
-    for (std::int64_t i = lo; i < lo + kQ8Block; ++i) q[i - lo] = i < hi ? static_cast<std::int8_t>(round_even(x[i] * inv)) : 0;
+    std::int8_t q[kQ8Block];
+    for (std::int64_t i = 0; i < kQ8Block; ++i) q[i] = static_cast<std::int8_t>(static_cast<int>(round_even(v[i] * inv)));
+    std::memcpy(out + 4, q, kQ8Block);
   }
 }
 }  // namespace
