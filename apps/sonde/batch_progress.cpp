@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <unistd.h>
 
@@ -30,7 +31,8 @@ std::string BatchProgress::line(const BatchTotals& t) const {
   const double tok_rate = s > 0 ? static_cast<double>(t.completion_tokens) / s : 0;
   const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : -1;
   constexpr int kWidth = 24;
-  const int filled = total_ > 0 ? static_cast<int>(kWidth * done / total_) : kWidth;
+  // Clamped: a count above the total (a miscount elsewhere) must not take the run down.
+  const int filled = total_ > 0 ? static_cast<int>(std::clamp<std::int64_t>(kWidth * done / total_, 0, kWidth)) : kWidth;
   return fmt::format("[{}{}] {}/{} prompts  {:.1f} prompts/s  {:.0f} tok/s  ETA {}", std::string(filled, '#'),
                      std::string(kWidth - filled, '.'), done, total_, rate, tok_rate, duration(eta));
 }

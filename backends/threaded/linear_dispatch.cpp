@@ -15,7 +15,8 @@ double gemv_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_byt
 
 double gemm_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r) {
   const double kn = static_cast<double>(K) * static_cast<double>(N);
-  return kn * w_bytes / r.read_bytes_per_s + 2.0 * static_cast<double>(M) * kn / r.gemm_flops_per_s;
+  return kn * w_bytes / r.read_bytes_per_s + kn * r.gemm_fixed_s_per_weight +
+         2.0 * static_cast<double>(M) * kn / r.gemm_flops_per_s;
 }
 
 LinearPath choose_linear(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r,

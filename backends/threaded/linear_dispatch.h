@@ -8,7 +8,9 @@
 //    3 x rows passes over them: one read of W from memory plus ceil(M / 3) passes at the
 //    kernel's in-cache rate.
 //  - gemm: W is read once, widened to f32 panels that stay in L2 while all x rows pass over them:
-//    one read of W plus the arithmetic at the host's GEMM rate.
+//    one read of W, the widening (a cost per weight whatever the rows), and the arithmetic at
+//    the host's GEMM rate. Without the widening's share a few rows looked cheaper on the GEMM
+//    whenever its rate came out above 2/3 of the GEMV's, and 4-row decode steps ran 2.8x slower.
 // Plain C++ (no sonde headers) so that the unit test can link it alone.
 #include <cstdint>
 #include <string_view>
@@ -19,13 +21,15 @@ enum class LinearPath { gemv, gemm };
 enum class LinearMode { automatic, gemv, gemm };  // SONDE_THREADED_LINEAR=auto|gemv|gemm
 
 // Measured once per process and pool size, all over the whole pool: a streaming read's bytes/s,
-// the GEMM path's flop/s, and the GEMV kernel's flop/s on W chunks in L2 (groups of 3 x rows),
-// for bf16 W and for q8 W (whose widening costs one more operation per vector: about 0.85x
+// the GEMM path's flop/s and its time per weight (the slope and intercept of two runs at
+// different row counts), and the GEMV kernel's flop/s on W chunks in L2 (groups of 3 x rows),
+// for bf16 W and for q8 W (whose widening costs one more operation per vector: about 0.8x
 // the bf16 rate on the AVX-512 host of bench/README.md, so q8 turns to the GEMM path sooner).
 struct HostRates {
   double read_bytes_per_s = 0;
   double gemm_flops_per_s = 0;
   double gemv_flops_per_s = 0;
+  double gemm_fixed_s_per_weight = 0;  // the GEMM path's time per weight element whatever M
   double gemv_q8_flops_per_s = 0;
 };
 

@@ -28,8 +28,9 @@ void embedding(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& ou
 void rms_norm(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 // The path (linear_dispatch.h) of a Linear, M x K x N, W of dtype wt or its q8 copy.
 LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt, bool q8);
-// Times the GEMM path on a synthetic in-cache problem with this pool (for HostRates).
-double measure_gemm_flops(const Ctx& c);
+// Times the GEMM path on a synthetic in-cache problem with this pool at two row counts: sets
+// HostRates' gemm_flops_per_s and gemm_fixed_s_per_weight.
+void measure_gemm(const Ctx& c, HostRates& r);
 // Times the GEMV kernel on L2-resident bf16 (or q8) W chunks (groups of 3 x rows) with this pool (for HostRates).
 double measure_gemv_flops(const Ctx& c, bool q8);
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8);

@@ -207,15 +207,24 @@ double best_seconds(F run) {
   return best;
 }
 
-// 96 x 1024 x 512 with f32 W (about 0.1 GFLOP, 2 MB of W: from L2/L3, as a prefill's W panels
-// after their first read): the best of 3 after a warm-up.
-double measure_gemm_flops(const Ctx& c) {
-  constexpr std::int64_t M = 96, K = 1024, N = 512;
-  std::vector<float> x(static_cast<std::size_t>(M * K)), w(static_cast<std::size_t>(N * K)), y(static_cast<std::size_t>(M * N));
+// The GEMM path on one bf16 W of 1024 x 512 (1 MB: from L2/L3 after the warm-up, as a
+// prefill's W panels after their first read) with 4 and with 96 x rows, the best of 3 each: the
+// extra 92 rows' time gives the flop rate, and what is left of the 4-row time its cost per
+// weight whatever the rows (widening W into f32 panels, the tasks).
+void measure_gemm(const Ctx& c, HostRates& r) {
+  constexpr std::int64_t M1 = 4, M2 = 96, K = 1024, N = 512;
+  std::vector<float> x(static_cast<std::size_t>(M2 * K)), y(static_cast<std::size_t>(M2 * N));
+  std::vector<std::uint16_t> w(static_cast<std::size_t>(N * K));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
-  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) * 0.125f - 0.25f;
-  const Job j{x.data(), w.data(), WType::f32, nullptr, y.data(), M, K, N};
-  return 2.0 * M * K * N / best_seconds([&] { gemm(c, j); });
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint16_t>(0x3e00 + i % 5 * 0x40);  // 0.125 .. 0.5
+  const auto seconds = [&](std::int64_t M) {
+    const Job j{x.data(), w.data(), WType::bf16, nullptr, y.data(), M, K, N};
+    return best_seconds([&] { gemm(c, j); });
+  };
+  const double t1 = seconds(M1), t2 = seconds(M2), kn = static_cast<double>(K * N);
+  const double per_row = t2 > t1 ? (t2 - t1) / (M2 - M1) : t2 / M2;  // noise can invert a near tie
+  r.gemm_flops_per_s = 2.0 * kn / per_row;
+  r.gemm_fixed_s_per_weight = std::max(0.0, t1 - M1 * per_row) / kn;
 }
 
 // 48 x 1024 x (128 per thread) with bf16 W: 256 KB of W per thread, in L2 after the warm-up, as

@@ -94,12 +94,13 @@ HostRates measure_rates(ThreadPool& pool, const Kernels& k) {
   const host::ByteRange range{buf.data(), buf.size()};
   HostRates r;
   r.read_bytes_per_s = static_cast<double>(buf.size()) / host::fastest_read({&range, 1}, pool.size());
-  r.gemm_flops_per_s = measure_gemm_flops(Ctx{pool, k, LinearMode::gemm, {}});
+  measure_gemm(Ctx{pool, k, LinearMode::gemm, {}}, r);
   r.gemv_flops_per_s = measure_gemv_flops(Ctx{pool, k, LinearMode::gemv, {}}, false);
   r.gemv_q8_flops_per_s = measure_gemv_flops(Ctx{pool, k, LinearMode::gemv, {}}, true);
-  spdlog::debug("backend threaded: {:.1f} GB/s read, {:.1f} GFLOP/s GEMM, {:.1f} / {:.1f} GFLOP/s GEMV in L2, bf16 / q8 ({} threads)",
-                r.read_bytes_per_s / 1e9, r.gemm_flops_per_s / 1e9, r.gemv_flops_per_s / 1e9, r.gemv_q8_flops_per_s / 1e9,
-                pool.size());
+  spdlog::debug("backend threaded: {:.1f} GB/s read, {:.1f} GFLOP/s GEMM + {:.3f} ns per weight, {:.1f} / {:.1f} "
+                "GFLOP/s GEMV in L2, bf16 / q8 ({} threads)",
+                r.read_bytes_per_s / 1e9, r.gemm_flops_per_s / 1e9, r.gemm_fixed_s_per_weight * 1e9,
+                r.gemv_flops_per_s / 1e9, r.gemv_q8_flops_per_s / 1e9, pool.size());
   return cache[key] = r;
 }
 }  // namespace

@@ -156,6 +156,20 @@ class JobProgress {
   void final_report() const {
     if (report_ && job_.rank == 0) report_(sum());
   }
+  // Rank 0, before the first collective: a file left by an earlier run into the same place
+  // (--overwrite, a resume) would add that run's counts to this one's.
+  void clear() const {
+    std::error_code ec;
+    std::vector<fs::path> stale;
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".progress" || it->path().extension() == ".tmp") stale.push_back(it->path());
+    for (const auto& f : stale) fs::remove(f, ec);
+  }
+  // Each copy's writer, before the collective that follows: what earlier runs committed, so
+  // rank 0's first sum already counts every copy's resumed prompts.
+  void start(std::int64_t committed) const {
+    if (job_.writes()) write_mine(RunProgress{0, committed, {}});
+  }
 
  private:
   fs::path file(int r) const { return dir_ / part_name(r, ".progress"); }
@@ -204,7 +218,12 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
   config["data_parallel"] = replicas;
   const std::string config_json = config.dump();  // what every rank must agree on
   check_same_run(world, config_json);
-  agree_error(world, job.rank == 0 ? error_of([&] { check_part_places(o, replicas); }) : "");
+  JobProgress progress(o, job, static_cast<std::int64_t>(prepared.size()));
+  agree_error(world, job.rank == 0 ? error_of([&] {
+    check_part_places(o, replicas);
+    progress.clear();
+  })
+                                   : "");
 
   // This copy's requests: index i goes to copy i % R (equal counts within one; with shuffled
   // data the token counts even out too, and the rule needs no communication to resume).
@@ -212,7 +231,6 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
   for (const auto& p : prepared)
     if (p.index % replicas == replica) share.push_back(p);
 
-  JobProgress progress(o, job, static_cast<std::int64_t>(prepared.size()));
   RunOptions mine = o;
   mine.on_progress = progress.callback();
   mine.resume_complete = true;  // a copy that finished before the others stopped keeps its part
@@ -235,6 +253,7 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
                   for (const auto& sink : o.sinks) fs::create_directories(sink.path, ec);
                 }
                 out.emplace(mine, spec, meta, diffusion);
+                progress.start(out->mark().prompts);
               }));
   auto copy = world.split(replica, job.rank);  // the ranks of this model copy, writer first
   CommitMark mark = out->mark();

@@ -44,6 +44,24 @@ TEST(LinearDispatch, AFastInCacheGemvKeepsThePrefill) {
   EXPECT_EQ(choose_linear(64, 896, 896, 4, host, LinearMode::automatic), LinearPath::gemv);
 }
 
+TEST(LinearDispatch, TheGemmsCostPerWeightKeepsFewRowsOnTheGemv) {
+  // The host above with the GEMM's widening costed: 0.06 ns per weight whatever the rows (the
+  // two-point probe measured 0.061-0.070 on one thread here). Per K * N, gemm = 6e-11 + 2M / rate.
+  const HostRates host{60e9, 150e9, 200e9, 0.06e-9};
+  const double w = 896.0 * 4864 * 2;
+  EXPECT_DOUBLE_EQ(gemm_seconds(4, 896, 4864, 2, host), w / 60e9 + 896.0 * 4864 * 0.06e-9 + 8.0 * 896 * 4864 / 150e9);
+  // M = 4: gemv 12 / 200e9 = 6.0e-11 < gemm 6e-11 + 8 / 150e9 = 1.13e-10. Without the term 4 rows
+  // took the GEMM on these rates (the test above), and a 4-row decode step ran 2.8x slower there.
+  EXPECT_EQ(choose_linear(4, 896, 4864, 2, host, LinearMode::automatic), LinearPath::gemv);
+  // With a GEMM rate above the GEMV's it still wins once the rows repay the widening (260
+  // GFLOP/s): M = 4: gemv 6.0e-11 < gemm 6e-11 + 8 / 260e9 = 9.1e-11; M = 64: gemv 22 * 6 /
+  // 200e9 = 6.6e-10 > gemm 6e-11 + 128 / 260e9 = 5.5e-10; M = 512: 5.1e-9 > 4.0e-9.
+  const HostRates fast_gemm{60e9, 260e9, 200e9, 0.06e-9};
+  EXPECT_EQ(choose_linear(4, 896, 4864, 2, fast_gemm, LinearMode::automatic), LinearPath::gemv);
+  EXPECT_EQ(choose_linear(64, 896, 4864, 2, fast_gemm, LinearMode::automatic), LinearPath::gemm);
+  EXPECT_EQ(choose_linear(512, 896, 4864, 2, fast_gemm, LinearMode::automatic), LinearPath::gemm);
+}
+
 TEST(LinearDispatch, ForcedModesAndUnknownRates) {
   EXPECT_EQ(choose_linear(512, 896, 896, 2, kHost, LinearMode::gemv), LinearPath::gemv);
   EXPECT_EQ(choose_linear(1, 896, 896, 2, kHost, LinearMode::gemm), LinearPath::gemm);

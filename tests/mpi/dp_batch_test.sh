@@ -5,6 +5,8 @@
 #   tp             mpiexec -n 2 --tensor-parallel 2 (one copy split over two ranks): equal too
 #   kill           SIGKILL of one rank ends the job; --resume completes it, equal to one process
 #   errors         bad input across ranks: one line, non-zero exit of the whole job, no hang
+#   rerun          --overwrite of a larger job's outputs by a smaller one, down to a copy with no
+#                  prompt: the old run's counts neither show nor break the new one
 set -euo pipefail
 sonde=$1; check=$2; case=$3; shift 3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -94,6 +96,20 @@ errors)
     --model nosuch --input in.jsonl --max-new-tokens 2 --threads 1 --output d.jsonl
   grep -q "nosuch" model.log || { cat model.log; fail "model: the error does not name the model"; }
   [ ! -e d.jsonl ] || fail "model: a results file was written"
+  ;;
+rerun)
+  "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
+  base=(batch --backend sharded --model m --max-new-tokens 3 --temperature 0 --threads 1 --output dp.jsonl --overwrite)
+  dataset 10 && mv in.jsonl ten.jsonl && dataset 1 && mv in.jsonl one.jsonl
+  "$sonde" batch --model m --input one.jsonl --max-new-tokens 3 --temperature 0 --threads 1 --output single.jsonl 2>/dev/null
+  timeout 120 mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --input ten.jsonl > ten.log 2>&1 \
+    || { st=$?; cat ten.log; fail "the 10-prompt job exited $st"; }
+  timeout 120 mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --input one.jsonl > one.log 2>&1 \
+    || { st=$?; cat one.log; fail "the 1-prompt job over the 10-prompt job's outputs exited $st"; }
+  cmp single.jsonl dp.jsonl || fail "results differ from one process"
+  grep -q "progress: .* 1/1 prompts" one.log || { cat one.log; fail "no progress line of 1/1"; }
+  if grep "progress:" one.log | grep -v " 1/1 prompts" | grep -q .; then cat one.log; fail "a progress line counts another run"; fi
+  grep -q "done: 1 prompts (0 before this run)" one.log || { cat one.log; fail "the summary counts another run"; }
   ;;
 *) fail "unknown case $case" ;;
 esac
