@@ -39,7 +39,12 @@ constexpr i64 kChunkBytes = 256 << 10;  // W bytes per row chunk when M > 3 (hal
 
 inline __mmask16 lanes(i64 n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1u); }
 
-template <WType T> constexpr i64 esize() { return T == WType::f32 ? 4 : 2; }
+template <WType T> constexpr i64 esize() { return T == WType::f32 ? 4 : T == WType::q8 ? 1 : 2; }
+// Bytes from a row's start to element k (k a multiple of kStep, or K for a row's length); a q8
+// step is one block (kStep == kQ8Block).
+template <WType T> constexpr i64 wbytes(i64 k) {
+  return T == WType::q8 ? (k + kQ8Block - 1) / kQ8Block * kQ8BlockBytes : k * esize<T>();
+}
 
 // x[k .. k+valid) (valid <= 32, zero beyond) as two vectors.
 inline void load_x(const float* x, i64 valid, __m512& a, __m512& b) {
@@ -61,6 +66,16 @@ template <WType T, bool Full> inline void load_w(const void* p, i64 valid, __m51
     a = _mm512_cvtph_ps(Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)) : _mm256_maskz_loadu_epi16(lanes(valid), h));
     b = _mm512_cvtph_ps(Full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 16))
                              : _mm256_maskz_loadu_epi16(lanes(valid - 16), h + 16));
+  } else if constexpr (T == WType::q8) {
+    // w = float(q) * s as kernels.h defines it; past `valid` zero, as the other types' masked loads
+    // give (the block's padding is there to read).
+    static_assert(kStep == kQ8Block);
+    const auto* blk = static_cast<const unsigned char*>(p);
+    const __m512 s = _mm512_castsi512_ps(_mm512_broadcastd_epi32(_mm_loadu_si32(blk)));
+    const __m512 qa = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4))));
+    const __m512 qb = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 20))));
+    a = Full ? _mm512_mul_ps(qa, s) : _mm512_maskz_mul_ps(lanes(valid), qa, s);
+    b = Full ? _mm512_mul_ps(qb, s) : _mm512_maskz_mul_ps(lanes(valid - 16), qb, s);
   } else {
     const auto* f = static_cast<const float*>(p);
     a = Full ? _mm512_loadu_ps(f) : _mm512_maskz_loadu_ps(lanes(valid), f);
@@ -90,7 +105,7 @@ template <WType T, int M, int R> struct Block {
     for (int m = 0; m < M; ++m) load_x(x + m * ldx + k, valid, xa[m], xb[m]);
     for (int r = 0; r < R; ++r) {
       __m512 wa, wb;
-      load_w<T, Full>(base + r * stride + k * esize<T>(), valid, wa, wb);
+      load_w<T, Full>(base + r * stride + wbytes<T>(k), valid, wa, wb);
       for (int m = 0; m < M; ++m) {
         acc[m][r][0] = _mm512_fmadd_ps(wa, xa[m], acc[m][r][0]);
         acc[m][r][1] = _mm512_fmadd_ps(wb, xb[m], acc[m][r][1]);
@@ -128,7 +143,7 @@ template <WType T, int M, int R> struct Block {
     zero();
     i64 k = 0;
     for (; k + kStep <= K; k += kStep) {
-      prefetch(base, stride, k * esize<T>());
+      prefetch(base, stride, wbytes<T>(k));
       if constexpr (WithAhead) ahead->step();
       step<true>(x, ldx, base, stride, k, kStep);
     }
@@ -176,7 +191,7 @@ template <WType T, int M>
 void gemv_m(const float* x, i64 ldx, const void* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy, Ahead* ahead = nullptr) {
   constexpr int R = 4;
   const auto* w = static_cast<const char*>(W);
-  const i64 rowbytes = K * esize<T>(), run = (n1 - n0) / R;
+  const i64 rowbytes = wbytes<T>(K), run = (n1 - n0) / R;
   const auto blocks = [&]<bool A>() {
     for (i64 i = 0; i < run; ++i)
       Block<T, M, R>{}.template run<A>(x, ldx, w + (n0 + i) * rowbytes, run * rowbytes, K, y + n0 + i, ldy, run, ahead);
@@ -196,8 +211,8 @@ void gemv_m(const float* x, i64 ldx, const void* W, i64 K, i64 n0, i64 n1, float
 // prefill, and the chunk is in L2 long before.
 constexpr i64 kAheadGroups = 3;
 template <WType T> void gemv_t(const float* x, i64 M, i64 ldx, const void* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
-  const i64 chunk = M <= 3 ? n1 - n0 : (kChunkBytes / (K * esize<T>()) / 8 + 1) * 8;
-  const i64 rowbytes = K * esize<T>(), steps_per_row = (K + kStep - 1) / kStep;
+  const i64 chunk = M <= 3 ? n1 - n0 : (kChunkBytes / wbytes<T>(K) / 8 + 1) * 8;
+  const i64 rowbytes = wbytes<T>(K), steps_per_row = (K + kStep - 1) / kStep;
   // The x rows of the groups that carry the prefetch: each takes a share in proportion to its
   // rows (its time), so a 1-row group is not asked for as many bytes as a 3-row one.
   const i64 carriers = std::min<i64>(M, 3 * kAheadGroups);
@@ -343,6 +358,7 @@ void gemv_avx512(const float* x, i64 M, i64 ldx, const void* W, WType wt, i64 K,
     case WType::f32: return gemv_t<WType::f32>(x, M, ldx, W, K, n0, n1, y, ldy);
     case WType::f16: return gemv_t<WType::f16>(x, M, ldx, W, K, n0, n1, y, ldy);
     case WType::bf16: return gemv_t<WType::bf16>(x, M, ldx, W, K, n0, n1, y, ldy);
+    case WType::q8: return gemv_t<WType::q8>(x, M, ldx, W, K, n0, n1, y, ldy);
   }
 }
 

@@ -9,25 +9,15 @@
 namespace sonde::threaded {
 
 // How a Linear weight's elements are stored (rows of K elements, row-major, any alignment).
-enum class WType : int { f32, f16, bf16 };
+// q8: each row is ceil(K / kQ8Block) blocks of kQ8BlockBytes, a block being its f32 scale s
+// followed by kQ8Block int8 values q (zero past K); element k stands for w = float(q) * s, one f32
+// multiply, computed the same way by every kernel and by the GEMM path's widening, so all of them
+// feed the same f32 weights to the same sums. One stream per row: the scale is read with its
+// block, and row n starts at n * ceil(K / kQ8Block) * kQ8BlockBytes.
+enum class WType : int { f32, f16, bf16, q8 };
 
-// Int8 weight rows with one f32 scale per block of kQ8Block along K: w[n,k] ~ scale[n,b] * q[n,k]
-// (b = k / kQ8Block). Rows are padded with zeros to kp (a multiple of kQ8Block) elements.
-// wsum[n,b] = sum of the block's q, used by the VNNI kernel's unsigned-operand correction.
 constexpr std::int64_t kQ8Block = 32;
-struct Q8Rows {
-  const std::int8_t* q = nullptr;
-  const float* scale = nullptr;
-  const std::int32_t* wsum = nullptr;
-  std::int64_t kp = 0;
-};
-
-// Quantised activation rows with the same blocking: x[m,k] ~ scale[m,b] * q[m,k].
-struct Q8Act {
-  const std::int8_t* q = nullptr;
-  const float* scale = nullptr;
-  std::int64_t kp = 0;
-};
+constexpr std::int64_t kQ8BlockBytes = 4 + kQ8Block;
 
 struct Kernels {
   const char* name;
@@ -40,11 +30,6 @@ struct Kernels {
   // kGemmPanelScratch floats per x row (up to 48 rows at a time). Null: gemv on the panel.
   void (*gemm_panel)(const float* x, std::int64_t M, std::int64_t ldx, const float* P, std::int64_t N, std::int64_t K,
                      float* y, std::int64_t ldy, float* scratch);
-  // y[m*ldy + n] = sum_b xs[m,b] ws[n,b] sum_{k in b} xq[m,k] wq[n,k] for m < M, n0 <= n < n1.
-  void (*q8_gemv)(const Q8Act& x, std::int64_t M, const Q8Rows& w, std::int64_t n0, std::int64_t n1, float* y,
-                  std::int64_t ldy);
-  // Quantises one row of K floats to kp int8 (zero padded): scale = max|x_b| / 127, q = round(x / scale).
-  void (*q8_quantize)(const float* x, std::int64_t K, std::int64_t kp, std::int8_t* q, float* scale);
   float (*dot)(const float* a, const float* b, std::int64_t n);  // sum a[i] b[i]
   void (*axpy)(float a, const float* x, float* y, std::int64_t n);  // y += a x
   // Attention over a block of keys, one call instead of one per key (decode at long context is

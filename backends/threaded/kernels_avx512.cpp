@@ -15,106 +15,6 @@ using i64 = std::int64_t;
 // Mask of the first n (0..16) lanes.
 inline __mmask16 lanes(i64 n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
 
-// q8 dot products with VNNI. vpdpbusd multiplies unsigned bytes by signed bytes, so x is offset
-// to x + 128 (xor 0x80); the offset adds 128 * wsum_b to block b's sum, which is taken off at the
-// end as 128 * sum_b s_b wsum_b (s_b = xs_b ws_b; exact in int32 per block, then in f32 like the
-// rest). One step is two blocks (64 bytes of a row, one cache line): vpdpbusd leaves block b's
-// partial sums in lanes 0-7 and block b+1's in lanes 8-15, which are converted to f32 and scaled
-// by s_b / s_b+1 in the matching halves.
-// Rows are read as kQ8Streams runs, a block of rows taking the next row of each (see
-// gemv_avx512.cpp: long streams keep the hardware prefetcher going), for up to 3 x rows at once.
-// Each row has three streams (int8 values, scales, block sums), all prefetched: without it the
-// block sums, read once at a row's end, cost a memory round trip per row (46% of the kernel's
-// time), and decode ran at 29 tok/s instead of 57-76 (qwen2.5-0.5b, 2 threads).
-constexpr int kQ8Streams = 4;
-
-// [v[0] x 8, v[1] x 8] from two adjacent floats (one of them masked off when `two` is false).
-inline __m512 pair_halves(const float* v, bool two) {
-  const __m128 p = two ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v))) : _mm_load_ss(v);
-  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(p));
-}
-
-// Rows n_r = n + r * run (r < R) against x rows m < M; y[m * ldy + n_r].
-template <int M, int R> void q8_rows(const Q8Act& x, const Q8Rows& w, i64 n, i64 run, float* y, i64 ldy) {
-  const i64 nb = w.kp / kQ8Block;
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512 acc[M][R];
-  for (int m = 0; m < M; ++m)
-    for (int r = 0; r < R; ++r) acc[m][r] = _mm512_setzero_ps();
-  const std::int8_t* wq[R];
-  const float* wsc[R];
-  const std::int32_t* wsm[R];
-  for (int r = 0; r < R; ++r)
-    wq[r] = w.q + (n + r * run) * w.kp, wsc[r] = w.scale + (n + r * run) * nb, wsm[r] = w.wsum + (n + r * run) * nb;
-  for (i64 b = 0; b < nb; b += 2) {
-    const bool two = b + 1 < nb;
-    const __mmask64 bytes = two ? ~__mmask64(0) : __mmask64(0xFFFFFFFFu);
-    __m512i xu[M];
-    __m512 xs[M];
-    for (int m = 0; m < M; ++m) {
-      xu[m] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, x.q + m * x.kp + b * kQ8Block), flip);
-      xs[m] = pair_halves(x.scale + m * nb + b, two);
-    }
-    for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(wq[r] + b * kQ8Block) + 1024, _MM_HINT_T0);
-      if (b % 16 == 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(wsc[r] + b) + 256, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(wsm[r] + b) + 256, _MM_HINT_T0);
-      }
-      const __m512i q = _mm512_maskz_loadu_epi8(bytes, wq[r] + b * kQ8Block);
-      const __m512 ws = pair_halves(wsc[r] + b, two);
-      for (int m = 0; m < M; ++m) {
-        const __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xu[m], q));
-        acc[m][r] = _mm512_fmadd_ps(d, _mm512_mul_ps(xs[m], ws), acc[m][r]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) {
-      __m512 c = _mm512_setzero_ps();  // sum_b s_b wsum_b
-      for (i64 b = 0; b < nb; b += 16) {
-        const __mmask16 k = lanes(nb - b);
-        const __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x.scale + m * nb + b), _mm512_maskz_loadu_ps(k, wsc[r] + b));
-        c = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(k, wsm[r] + b)), c);
-      }
-      y[m * ldy + n + r * run] = _mm512_reduce_add_ps(acc[m][r]) - 128.0f * _mm512_reduce_add_ps(c);
-    }
-}
-
-template <int M> void q8_gemv_m(const Q8Act& x, const Q8Rows& w, i64 n0, i64 n1, float* y, i64 ldy) {
-  const i64 run = (n1 - n0) / kQ8Streams;
-  for (i64 i = 0; i < run; ++i) q8_rows<M, kQ8Streams>(x, w, n0 + i, run, y, ldy);
-  for (i64 n = n0 + kQ8Streams * run; n < n1; ++n) q8_rows<M, 1>(x, w, n, 0, y, ldy);
-}
-
-void q8_gemv(const Q8Act& x, i64 M, const Q8Rows& w, i64 n0, i64 n1, float* y, i64 ldy) {
-  for (i64 m = 0; m < M;) {
-    const Q8Act xm{x.q + m * x.kp, x.scale + m * (x.kp / kQ8Block), x.kp};
-    const i64 left = M - m;
-    if (left >= 4) q8_gemv_m<4>(xm, w, n0, n1, y + m * ldy, ldy), m += 4;  // 16 accumulators: 28 zmm live
-    else if (left == 3) q8_gemv_m<3>(xm, w, n0, n1, y + m * ldy, ldy), m += 3;
-    else if (left == 2) q8_gemv_m<2>(xm, w, n0, n1, y + m * ldy, ldy), m += 2;
-    else q8_gemv_m<1>(xm, w, n0, n1, y + m * ldy, ldy), m += 1;
-  }
-}
-
-// scale = max|x_b| / 127 and q = round-to-nearest-even(x * 127 / max|x_b|), as the scalar kernel.
-void q8_quantize(const float* x, i64 K, i64 kp, std::int8_t* q, float* scale) {
-  for (i64 b = 0; b * kQ8Block < kp; ++b) {
-    const i64 lo = b * kQ8Block;
-    const i64 n0 = K - lo, n1 = K - lo - 16;
-    const __m512 v0 = _mm512_maskz_loadu_ps(lanes(n0 > 0 ? n0 : 0), x + lo);
-    const __m512 v1 = _mm512_maskz_loadu_ps(lanes(n1 > 0 ? n1 : 0), x + lo + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    scale[b] = amax / 127.0f;
-    const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + lo), _mm512_cvtepi32_epi8(q0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + lo + 16), _mm512_cvtepi32_epi8(q1));
-  }
-}
-
 float dot(const float* a, const float* b, i64 n) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
   i64 i = 0;
@@ -268,7 +168,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx512() {
-  static const Kernels k{"avx512", gemv_avx512, gemm_panel_avx512, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
+  static const Kernels k{"avx512", gemv_avx512, gemm_panel_avx512, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
   return k;
 }
 

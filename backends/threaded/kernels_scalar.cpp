@@ -10,15 +10,22 @@
 namespace sonde::threaded {
 namespace {
 
-float load_w(const void* W, WType wt, std::int64_t i) {
+// Element k of row n of a [N, K] weight (any alignment: safetensors data may be unaligned).
+float load_w(const void* W, WType wt, std::int64_t K, std::int64_t n, std::int64_t k) {
   const auto* p = static_cast<const unsigned char*>(W);
+  if (wt == WType::q8) {  // w = float(q) * s (kernels.h)
+    const unsigned char* blk = p + n * ((K + kQ8Block - 1) / kQ8Block * kQ8BlockBytes) + k / kQ8Block * kQ8BlockBytes;
+    float s;
+    std::memcpy(&s, blk, 4);
+    return static_cast<float>(static_cast<std::int8_t>(blk[4 + k % kQ8Block])) * s;
+  }
   if (wt == WType::f32) {
     float f;
-    std::memcpy(&f, p + i * 4, 4);  // safetensors data may be unaligned
+    std::memcpy(&f, p + (n * K + k) * 4, 4);
     return f;
   }
   std::uint16_t h;
-  std::memcpy(&h, p + i * 2, 2);
+  std::memcpy(&h, p + (n * K + k) * 2, 2);
   return wt == WType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
@@ -27,35 +34,9 @@ void gemv(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType
   for (std::int64_t n = n0; n < n1; ++n)
     for (std::int64_t m = 0; m < M; ++m) {
       float acc = 0;
-      for (std::int64_t k = 0; k < K; ++k) acc += x[m * ldx + k] * load_w(W, wt, n * K + k);
+      for (std::int64_t k = 0; k < K; ++k) acc += x[m * ldx + k] * load_w(W, wt, K, n, k);
       y[m * ldy + n] = acc;
     }
-}
-
-void q8_gemv(const Q8Act& x, std::int64_t M, const Q8Rows& w, std::int64_t n0, std::int64_t n1, float* y,
-             std::int64_t ldy) {
-  const std::int64_t nb = w.kp / kQ8Block;
-  for (std::int64_t n = n0; n < n1; ++n)
-    for (std::int64_t m = 0; m < M; ++m) {
-      float acc = 0;
-      for (std::int64_t b = 0; b < nb; ++b) {
-        std::int32_t dp = 0;
-        for (std::int64_t i = b * kQ8Block; i < (b + 1) * kQ8Block; ++i) dp += x.q[m * x.kp + i] * w.q[n * w.kp + i];
-        acc += static_cast<float>(dp) * (x.scale[m * nb + b] * w.scale[n * nb + b]);
-      }
-      y[m * ldy + n] = acc;
-    }
-}
-
-void q8_quantize(const float* x, std::int64_t K, std::int64_t kp, std::int8_t* q, float* scale) {
-  for (std::int64_t b = 0; b * kQ8Block < kp; ++b) {
-    const std::int64_t lo = b * kQ8Block, hi = lo + kQ8Block;
-    float amax = 0;
-    for (std::int64_t i = lo; i < hi && i < K; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    const float s = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-    scale[b] = s;
-    for (std::int64_t i = lo; i < hi; ++i) q[i] = i < K ? static_cast<std::int8_t>(std::nearbyint(x[i] * inv)) : 0;
-  }
 }
 
 float dot(const float* a, const float* b, std::int64_t n) {
@@ -102,7 +83,7 @@ void add(const float* a, const float* b, float* y, std::int64_t n) {
 }  // namespace
 
 const Kernels& kernels_scalar() {
-  static const Kernels k{"scalar", gemv, nullptr, q8_gemv, q8_quantize, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
+  static const Kernels k{"scalar", gemv, nullptr, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
   return k;
 }
 

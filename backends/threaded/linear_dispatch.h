@@ -1,5 +1,5 @@
 #pragma once
-// Which path a Linear on native (f32/f16/bf16) weights takes, from the work alone. Both paths
+// Which path a Linear on f32/f16/bf16 or q8 weights takes, from the work alone. Both paths
 // run the same GEMV kernel on every output (gemm() feeds it W rows widened to f32 first), so the
 // choice changes the speed, never a bit of the result: a prompt's numbers do not depend on how
 // many rows share its micro-batch.
@@ -22,16 +22,19 @@ enum class LinearMode { automatic, gemv, gemm };  // SONDE_THREADED_LINEAR=auto|
 
 // Measured once per process and pool size, all over the whole pool: a streaming read's bytes/s,
 // the GEMM path's flop/s and its time per weight (the slope and intercept of two runs at
-// different row counts), and the GEMV kernel's flop/s on W chunks in L2 (groups of 3 x rows).
+// different row counts), and the GEMV kernel's flop/s on W chunks in L2 (groups of 3 x rows),
+// for bf16 W and for q8 W (whose widening costs one more operation per vector: about 0.8x
+// the bf16 rate on the AVX-512 host of bench/README.md, so q8 turns to the GEMM path sooner).
 struct HostRates {
   double read_bytes_per_s = 0;
   double gemm_flops_per_s = 0;
   double gemv_flops_per_s = 0;
   double gemm_fixed_s_per_weight = 0;  // the GEMM path's time per weight element whatever M
+  double gemv_q8_flops_per_s = 0;
 };
 
 // Seconds each path is predicted to take on an M x K x N Linear whose W elements are
-// `w_bytes` each (2 for bf16/f16, 4 for f32).
+// `w_bytes` each (2 for bf16/f16, 4 for f32, 1.125 for q8: 32 int8 and an f32 scale per block).
 double gemv_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r);
 double gemm_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r);
 

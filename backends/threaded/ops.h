@@ -26,18 +26,17 @@ template <typename Fn> void for_chunks(ThreadPool& pool, std::int64_t n, std::in
 
 void embedding(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void rms_norm(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
-// The path (linear_dispatch.h) of a Linear on native weights, M x K x N, W of dtype wt.
-LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt);
+// The path (linear_dispatch.h) of a Linear, M x K x N, W of dtype wt or its q8 copy.
+LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt, bool q8);
 // Times the GEMM path on a synthetic in-cache problem with this pool at two row counts: sets
 // HostRates' gemm_flops_per_s and gemm_fixed_s_per_weight.
 void measure_gemm(const Ctx& c, HostRates& r);
-// Times the GEMV kernel on L2-resident W chunks (groups of 3 x rows) with this pool (for HostRates).
-double measure_gemv_flops(const Ctx& c);
+// Times the GEMV kernel on L2-resident bf16 (or q8) W chunks (groups of 3 x rows) with this pool (for HostRates).
+double measure_gemv_flops(const Ctx& c, bool q8);
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8);
-// Linears that read one x: those with weights read natively that take the GEMV path split the
-// rows of all their weights into one set of tasks (one parallel region), and so do
-// those with q8 weights (q8[i], else null) and one x row, which also quantise x once. The
-// results are those of linear() on each; the rest run one by one.
+// Linears that read one x: those that take the GEMV path, native or q8 (q8[i], else null), split
+// the rows of all their weights into one set of tasks (one parallel region). The results are
+// those of linear() on each; the rest run one by one.
 void linear_siblings(const Ctx& c, std::span<const Node* const> nodes, std::span<const ops::Inputs> in,
                      std::span<const TensorView> outs, std::span<const Q8Weight* const> q8);
 void rope(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);

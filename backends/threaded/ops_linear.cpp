@@ -1,4 +1,5 @@
-// Linear y[M,N] = x[M,K] W[N,K]^T + b with W used in place (f32/f16/bf16) or as q8 blocks.
+// Linear y[M,N] = x[M,K] W[N,K]^T + b with W used in place (f32/f16/bf16) or as q8 blocks
+// (kernels.h: w = float(q) * s, x stays f32), all through the same kernels.
 // Work is split over blocks of W rows (and x row chunks when there are few blocks); K is never
 // split, and every output goes through the GEMV kernel, whose summation order depends on K alone,
 // so the result is bit-identical for any thread count, schedule, path and number of x rows.
@@ -15,10 +16,8 @@ namespace sonde::threaded {
 
 namespace {
 
-constexpr std::int64_t kGemvRows = 32;    // W rows per q8 task with several x rows (one x row: as the GEMV)
 constexpr std::int64_t kGemvMinRows = 16;        // GEMV rows per task: at least this, a multiple of 8
 constexpr std::int64_t kPanelBytes = 256 << 10;  // f32 W rows per GEMM task: they stay in L2
-constexpr std::int64_t kQ8Rows = 16;      // x rows per q8 pass over a task's W rows (they stay in L2)
 
 WType wtype(DType t) { return t == DType::f32 ? WType::f32 : t == DType::f16 ? WType::f16 : WType::bf16; }
 
@@ -37,10 +36,28 @@ void add_bias(const Job& j, std::int64_t m0, std::int64_t m1, std::int64_t n0, s
     for (std::int64_t n = n0; n < n1; ++n) j.y[m * j.N + n] += j.bias[n];
 }
 
+// q8 rows [n0, n1) dequantised to f32 as the GEMV kernels do it: w = float(q) * s, so both paths
+// sum the same f32 weights.
+void widen_q8_rows(const Job& j, std::int64_t n0, std::int64_t n1, float* out) {
+  const std::int64_t rb = q8_row_bytes(j.K);
+  for (std::int64_t n = n0; n < n1; ++n, out += j.K) {
+    const auto* row = static_cast<const unsigned char*>(j.W) + n * rb;
+    for (std::int64_t lo = 0; lo < j.K; lo += kQ8Block) {
+      const unsigned char* blk = row + lo / kQ8Block * kQ8BlockBytes;
+      float s;
+      std::memcpy(&s, blk, 4);
+      const auto* q = reinterpret_cast<const std::int8_t*>(blk + 4);
+      const std::int64_t count = std::min(kQ8Block, j.K - lo);
+      for (std::int64_t i = 0; i < count; ++i) out[lo + i] = static_cast<float>(q[i]) * s;
+    }
+  }
+}
+
 // The W rows of a GEMM task as f32 in a panel of their own (bf16 is the top half of an f32:
 // exact). f32 rows are copied too: the kernel reads W with non-temporal prefetches, which do not
 // keep the rows in L2 for the next group of x rows; the panel is already there.
 void widen_rows(const Job& j, std::int64_t n0, std::int64_t n1, float* out) {
+  if (j.wt == WType::q8) return widen_q8_rows(j, n0, n1, out);
   const std::int64_t count = (n1 - n0) * j.K;
   if (j.wt == WType::f32) {
     std::memcpy(out, static_cast<const float*>(j.W) + n0 * j.K, static_cast<std::size_t>(count) * sizeof(float));
@@ -152,55 +169,30 @@ void gemvs(const Ctx& c, const std::vector<Job>& jobs) {
   });
 }
 
-// x is quantised per row and block (scale = max|x_b| / 127), then int8 dot products per block.
-void q8_linear(const Ctx& c, const Job& j, const Q8Weight& w) {
-  const std::int64_t nb = w.kp / kQ8Block;
-  std::vector<std::int8_t> xq(static_cast<std::size_t>(j.M * w.kp));
-  std::vector<float> xs(static_cast<std::size_t>(j.M * nb));
-  for_chunks(c.pool, j.M, 16, [&](std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t m = lo; m < hi; ++m) c.k.q8_quantize(j.x + m * j.K, j.K, w.kp, xq.data() + m * w.kp, xs.data() + m * nb);
-  });
-  const Q8Rows rows = w.rows();
-  const auto rows_task = [&](std::int64_t n0, std::int64_t n1) {
-    for (std::int64_t m = 0; m < j.M; m += kQ8Rows) {
-      const Q8Act act{xq.data() + m * w.kp, xs.data() + m * nb, w.kp};
-      c.k.q8_gemv(act, std::min(kQ8Rows, j.M - m), rows, n0, n1, j.y + m * j.N, j.N);
-    }
-    add_bias(j, 0, j.M, n0, n1);
-  };
-  if (j.M == 1) {  // decode: W streams from memory once, in long row runs as the GEMV's
-    const std::vector<std::int64_t> start = guided_starts(j.N, c.pool.size());
-    c.pool.run(static_cast<std::int64_t>(start.size()) - 1, [&](std::int64_t t, int) {
-      rows_task(start[static_cast<std::size_t>(t)], start[static_cast<std::size_t>(t) + 1]);
-    });
-  } else {  // a task's 32 rows of W stay in L1 for every group of x rows
-    for_chunks(c.pool, j.N, kGemvRows, rows_task);
-  }
-}
-
-// q8 Linears of one x row that all read the same x with the same block layout: x is quantised
-// once, and their rows run as one parallel region, each row as q8_linear runs it.
-void q8_gemvs(const Ctx& c, const std::vector<Job>& jobs, const std::vector<const Q8Weight*>& w) {
-  const std::int64_t kp = w.front()->kp;
-  std::vector<std::int8_t> xq(static_cast<std::size_t>(kp));
-  std::vector<float> xs(static_cast<std::size_t>(kp / kQ8Block));
-  c.k.q8_quantize(jobs.front().x, jobs.front().K, kp, xq.data(), xs.data());
-  const Q8Act act{xq.data(), xs.data(), kp};
-  std::vector<Q8Rows> rows;
-  for (const Q8Weight* q : w) rows.push_back(q->rows());
-  const std::vector<Piece> pieces = sibling_pieces(jobs, c.pool.size());
-  c.pool.run(static_cast<std::int64_t>(pieces.size()), [&](std::int64_t t, int) {
-    const Piece& p = pieces[static_cast<std::size_t>(t)];
-    c.k.q8_gemv(act, 1, rows[p.job], p.n0, p.n1, jobs[p.job].y, jobs[p.job].N);
-    add_bias(jobs[p.job], 0, 1, p.n0, p.n1);
-  });
-}
-
 }  // namespace
 
-LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt) {
-  return choose_linear(M, K, N, wt == DType::f32 ? 4.0 : 2.0, c.rates, c.linear_mode);
+// A q8 Linear reads 1.125 bytes per weight and runs the GEMV at the q8 rate.
+LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt, bool q8) {
+  if (!q8) return choose_linear(M, K, N, wt == DType::f32 ? 4.0 : 2.0, c.rates, c.linear_mode);
+  HostRates r = c.rates;
+  r.gemv_flops_per_s = r.gemv_q8_flops_per_s;
+  return choose_linear(M, K, N, kQ8BytesPerWeight, r, c.linear_mode);
 }
+
+namespace {
+// The Linear's job; W is the q8 copy when there is one (its shape checked against the node's).
+Job linear_job(const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8, ops::LinearDims& d) {
+  d = ops::check_linear(n, in, out);
+  Job j{in[0].as<const float>(), in[1].data, wtype(in[1].dtype), d.bias ? in[2].as<const float>() : nullptr,
+        out.as<float>(), d.M, d.K, d.N};
+  if (q8) {
+    if (q8->N != d.N || q8->K != d.K) ops::fail(n, "q8 weight is [{}, {}], expected [{}, {}]", q8->N, q8->K, d.N, d.K);
+    j.W = q8->data.data();
+    j.wt = WType::q8;
+  }
+  return j;
+}
+}  // namespace
 
 // The best of 3 timed runs of `run` after an untimed warm-up, in seconds.
 template <typename F>
@@ -237,28 +229,28 @@ void measure_gemm(const Ctx& c, HostRates& r) {
 
 // 48 x 1024 x (128 per thread) with bf16 W: 256 KB of W per thread, in L2 after the warm-up, as
 // each chunk of a prefill's W is for every group of 3 x rows after its first pass; best of 3.
-double measure_gemv_flops(const Ctx& c) {
+// q8: the same shape with q8 W (144 KB per thread).
+double measure_gemv_flops(const Ctx& c, bool q8) {
   const std::int64_t M = 48, K = 1024, N = 128 * c.pool.size();
   std::vector<float> x(static_cast<std::size_t>(M * K)), y(static_cast<std::size_t>(M * N));
   std::vector<std::uint16_t> w(static_cast<std::size_t>(N * K));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint16_t>(0x3e00 + i % 5 * 0x40);  // 0.125 .. 0.5
-  const Job j{x.data(), w.data(), WType::bf16, nullptr, y.data(), M, K, N};
+  std::vector<unsigned char> wq(static_cast<std::size_t>(N * q8_row_bytes(K)));
+  for (std::size_t i = 0; i < wq.size(); ++i) wq[i] = static_cast<unsigned char>(i % 64);  // scales tiny, finite
+  const Job j{x.data(), q8 ? static_cast<const void*>(wq.data()) : w.data(), q8 ? WType::q8 : WType::bf16, nullptr,
+              y.data(), M, K, N};
   return 2.0 * static_cast<double>(M * K * N) / best_seconds([&] { gemv(c, j); });
 }
 
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8) {
-  const auto d = ops::check_linear(n, in, out);
-  const Job j{in[0].as<const float>(), in[1].data, wtype(in[1].dtype), d.bias ? in[2].as<const float>() : nullptr,
-              out.as<float>(), d.M, d.K, d.N};
+  ops::LinearDims d;
+  const Job j = linear_job(n, in, out, q8, d);
   if (d.M == 0 || d.N == 0) return;
   if (d.K == 0) {
     std::memset(j.y, 0, static_cast<std::size_t>(d.M * d.N) * sizeof(float));
     add_bias(j, 0, d.M, 0, d.N);
-  } else if (q8) {
-    if (q8->N != d.N || q8->K != d.K) ops::fail(n, "q8 weight is [{}, {}], expected [{}, {}]", q8->N, q8->K, d.N, d.K);
-    q8_linear(c, j, *q8);
-  } else if (linear_path(c, d.M, d.K, d.N, in[1].dtype) == LinearPath::gemv) {
+  } else if (linear_path(c, d.M, d.K, d.N, in[1].dtype, q8 != nullptr) == LinearPath::gemv) {
     gemv(c, j);
   } else {
     gemm(c, j);
@@ -267,26 +259,17 @@ void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, 
 
 void linear_siblings(const Ctx& c, std::span<const Node* const> nodes, std::span<const ops::Inputs> in,
                      std::span<const TensorView> outs, std::span<const Q8Weight* const> q8) {
-  std::vector<Job> jobs, q8_jobs;
-  std::vector<const Q8Weight*> q8_weights;
+  std::vector<Job> jobs;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
-    const auto d = ops::check_linear(*nodes[i], in[i], outs[i]);
-    const Job j{in[i][0].as<const float>(), in[i][1].data, wtype(in[i][1].dtype),
-                d.bias ? in[i][2].as<const float>() : nullptr, outs[i].as<float>(), d.M, d.K, d.N};
-    const Q8Weight* w = q8[i];
-    const bool q8_row = w && d.M == 1 && d.N > 0 && d.K > 0 && w->N == d.N && w->K == d.K &&
-                        (q8_jobs.empty() || (j.x == q8_jobs.front().x && w->kp == q8_weights.front()->kp));
-    if (q8_row) {
-      q8_jobs.push_back(j);
-      q8_weights.push_back(w);
-    } else if (w || d.K == 0 || d.M == 0 || d.N == 0 || linear_path(c, d.M, d.K, d.N, in[i][1].dtype) == LinearPath::gemm) {
-      linear(c, *nodes[i], in[i], outs[i], w);
-    } else {
+    ops::LinearDims d;
+    const Job j = linear_job(*nodes[i], in[i], outs[i], q8[i], d);
+    if (d.K == 0 || d.M == 0 || d.N == 0 ||
+        linear_path(c, d.M, d.K, d.N, in[i][1].dtype, q8[i] != nullptr) == LinearPath::gemm)
+      linear(c, *nodes[i], in[i], outs[i], q8[i]);
+    else
       jobs.push_back(j);
-    }
   }
   if (!jobs.empty()) gemvs(c, jobs);
-  if (!q8_jobs.empty()) q8_gemvs(c, q8_jobs, q8_weights);
 }
 
 }  // namespace sonde::threaded

@@ -74,11 +74,11 @@ bool rows_dense(const TensorView& v) {
   return row.contiguous();
 }
 
-// A Linear on the GEMV path (few x rows: decode) streams its weight from memory.
-bool streams(const Ctx& c, const TensorView& linear_out, const TensorView& w) {
+// A Linear on the GEMV path (few x rows: decode) streams its weight (or its q8 copy) from memory.
+bool streams(const Ctx& c, const TensorView& linear_out, const TensorView& w, bool q8) {
   if (linear_out.shape.rank < 1 || w.shape.rank != 2) return false;
   const std::int64_t N = linear_out.shape[linear_out.shape.rank - 1];
-  return linear_path(c, linear_out.numel() / std::max<std::int64_t>(1, N), w.shape[1], N, w.dtype) == LinearPath::gemv;
+  return linear_path(c, linear_out.numel() / std::max<std::int64_t>(1, N), w.shape[1], N, w.dtype, q8) == LinearPath::gemv;
 }
 
 // The host's rates for the Linear dispatch, measured once per process and pool size: a streaming
@@ -95,11 +95,12 @@ HostRates measure_rates(ThreadPool& pool, const Kernels& k) {
   HostRates r;
   r.read_bytes_per_s = static_cast<double>(buf.size()) / host::fastest_read({&range, 1}, pool.size());
   measure_gemm(Ctx{pool, k, LinearMode::gemm, {}}, r);
-  r.gemv_flops_per_s = measure_gemv_flops(Ctx{pool, k, LinearMode::gemv, {}});
-  spdlog::debug("backend threaded: {:.1f} GB/s read, {:.1f} GFLOP/s GEMM + {:.3f} ns per weight, {:.1f} GFLOP/s "
-                "GEMV in L2 ({} threads)",
+  r.gemv_flops_per_s = measure_gemv_flops(Ctx{pool, k, LinearMode::gemv, {}}, false);
+  r.gemv_q8_flops_per_s = measure_gemv_flops(Ctx{pool, k, LinearMode::gemv, {}}, true);
+  spdlog::debug("backend threaded: {:.1f} GB/s read, {:.1f} GFLOP/s GEMM + {:.3f} ns per weight, {:.1f} / {:.1f} "
+                "GFLOP/s GEMV in L2, bf16 / q8 ({} threads)",
                 r.read_bytes_per_s / 1e9, r.gemm_flops_per_s / 1e9, r.gemm_fixed_s_per_weight * 1e9,
-                r.gemv_flops_per_s / 1e9, pool.size());
+                r.gemv_flops_per_s / 1e9, r.gemv_q8_flops_per_s / 1e9, pool.size());
   return cache[key] = r;
 }
 }  // namespace
@@ -154,7 +155,7 @@ TensorView ThreadedBackend::upload(const std::string& name, const TensorView& sr
   last_linear_ = nullptr;
   weights_[name] = src;
   if (q8_ && src.shape.rank == 2 && ops::is_float16_32(src.dtype) && src.contiguous() && src.shape[1] > 0)
-    quantised_[src.data] = quantize_weight(src, *kernels_, *pool_);
+    quantised_[src.data] = quantize_weight(src, *pool_);
   return src;
 }
 
@@ -164,15 +165,12 @@ TensorView ThreadedBackend::weight(const std::string& name) const {
   return it->second;
 }
 
-// Under q8 a Linear reads the int8 blocks, their scales and block sums, not the source view.
+// Under q8 a Linear reads the q8 blocks (scales and int8 values), not the source view.
 std::vector<std::span<const std::byte>> ThreadedBackend::weight_storage(const std::string& name) const {
   const TensorView v = weight(name);
   const Q8Weight* q = q8_ ? q8_for(v) : nullptr;
   if (!q) return Backend::weight_storage(name);
-  const auto bytes = [](const auto& vec) {
-    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(vec.data()), vec.size() * sizeof(vec[0]));
-  };
-  return {bytes(q->q), bytes(q->scale), bytes(q->wsum)};
+  return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(q->data.data()), q->bytes())};
 }
 
 const Q8Weight* ThreadedBackend::q8_for(const TensorView& w) const {
@@ -216,18 +214,19 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
   }
   // Only a Linear that streams its weight (few rows: decode) starts a read-ahead; the ops after
   // it continue the one in progress.
-  prefetch_next(node.op == OpKind::Linear && streams(c, out, in[1]), in.size() > 1 ? in[1] : TensorView());
+  prefetch_next(node.op == OpKind::Linear && streams(c, out, in[1], q8_ && q8_for(in[1])),
+                in.size() > 1 ? in[1] : TensorView());
 }
 
 // Streaming Linears (few x rows) go through one parallel region: as separate regions q/k/v wake
 // and drain the pool three times per layer, and k and v (256 KB each on qwen2.5-0.5b) are too
-// small to reach the streaming rate on their own. Under q8, one x row (decode) is also quantised
-// once for all of them. Anything else runs node by node.
+// small to reach the streaming rate on their own. Anything else runs node by node.
 void ThreadedBackend::run_siblings(std::span<const Node* const> nodes, std::span<const std::vector<TensorView>> inputs,
                                    std::span<const TensorView> outs) {
   bool together = true;
   for (std::size_t i = 0; i < nodes.size() && together; ++i)
-    together = nodes[i]->op == OpKind::Linear && inputs[i].size() >= 2 && streams(ctx(), outs[i], inputs[i][1]);
+    together = nodes[i]->op == OpKind::Linear && inputs[i].size() >= 2 &&
+               streams(ctx(), outs[i], inputs[i][1], q8_ && q8_for(inputs[i][1]));
   if (!together) return Backend::run_siblings(nodes, inputs, outs);
   std::vector<Prepared> prepared;
   prepared.reserve(nodes.size());
@@ -247,7 +246,7 @@ void ThreadedBackend::run_siblings(std::span<const Node* const> nodes, std::span
 // The bytes a Linear with this weight reads: its q8 copy when there is one, else the view.
 ThreadedBackend::Bytes ThreadedBackend::streamed_bytes(const TensorView& w) const {
   if (const Q8Weight* q = q8_ ? q8_for(w) : nullptr)
-    return {reinterpret_cast<const unsigned char*>(q->q.data()), q->q.size()};
+    return {q->data.data(), q->bytes()};
   return {static_cast<const unsigned char*>(w.data), static_cast<std::size_t>(w.nbytes())};
 }
 

@@ -184,18 +184,33 @@ TEST(Threaded, EveryLinearPathAtEveryRowCountMatchesReference) {
   }
 }
 
+double q8_error_vs_arithmetic(Backend& b, std::int64_t M, std::int64_t K, std::int64_t N, const std::vector<Arg>& args);
+
+// q8 weights on every ISA and every Linear path, at the row counts above: each output is
+// x . dequant(W) to f32 rounding, and within the quantisation bound of the reference's x . W.
 TEST(Threaded, Q8LinearAtEveryRowCountMatchesReference) {
-  auto b = threaded(2, "q8");
-  for (std::int64_t M : kRowCounts) {
-    const std::int64_t K = 67, N = 37;
-    SCOPED_TRACE(fmt::format("q8 M={}", M));
-    const auto args = linear_args(M, K, N, DType::bf16, false, 43);
-    const Tensor want = run_on(*make_backend("reference"), linear_node(M, N), args);
-    const Tensor got = run_on(*b, linear_node(M, N), args);
-    const auto bound = q8_bounds(args[0].t, args[1].t, M, K, N);
-    const auto g = values(got), r = values(want);
-    for (std::size_t i = 0; i < g.size(); ++i) ASSERT_LE(std::fabs(double(g[i]) - r[i]), bound[i]) << "element " << i;
-  }
+  for (const std::string isa : {"avx512", "avx2", "scalar"})
+    for (const std::string mode : {"gemv", "gemm", "auto"}) {
+      IsaScope isa_scope(isa);
+      LinearScope scope(mode);
+      std::shared_ptr<Backend> b;
+      try {
+        b = threaded(2, "q8");
+      } catch (const Error&) {
+        continue;  // EveryAvailableIsaMatchesReference reports which ISAs this CPU lacks
+      }
+      for (std::int64_t M : kRowCounts) {
+        const std::int64_t K = 67, N = 37;
+        SCOPED_TRACE(fmt::format("q8 {} {} M={}", isa, mode, M));
+        const auto args = linear_args(M, K, N, DType::bf16, false, 43);
+        EXPECT_LE(q8_error_vs_arithmetic(*b, M, K, N, args), 1.0);
+        const Tensor want = run_on(*make_backend("reference"), linear_node(M, N), args);
+        const Tensor got = run_on(*b, linear_node(M, N), args);
+        const auto bound = q8_bounds(args[0].t, args[1].t, M, K, N);
+        const auto g = values(got), r = values(want);
+        for (std::size_t i = 0; i < g.size(); ++i) ASSERT_LE(std::fabs(double(g[i]) - r[i]), bound[i]) << "element " << i;
+      }
+    }
 }
 
 TEST(Threaded, UnknownLinearModeIsAnErrorNamingIt) {
@@ -372,7 +387,7 @@ TEST(Threaded, SameBitsForAnyThreadCount) {
 }
 
 // Linears sharing x (q/k/v, gate/up) as the executor hands them over: one parallel region over
-// all their weights' rows for a streaming GEMV, node by node otherwise (GEMM rows, q8). Each output
+// all their weights' rows for a streaming GEMV (native or q8), node by node otherwise (GEMM rows). Each output
 // must be bit-identical to the node's own run(), which the other tests hold to the reference.
 TEST(Threaded, SiblingLinearsAreTheirOwnRuns) {
   struct Case {
@@ -387,9 +402,10 @@ TEST(Threaded, SiblingLinearsAreTheirOwnRuns) {
       {3, 300, {203, 203}, DType::f32, "native"},       // gate/up with x rows in groups
       {1, 8, {1, 1}, DType::bf16, "native"},
       {512, 40, {24, 40}, DType::bf16, "native"},       // GEMM: one by one
-      {1, 300, {130, 16, 16}, DType::bf16, "q8"},       // q8 decode: x quantised once, one region
+      {1, 300, {130, 16, 16}, DType::bf16, "q8"},       // q8 decode: one region, as native
       {1, 40, {3, 1001, 5}, DType::f16, "q8"},          // K padded to the q8 block
-      {3, 300, {203, 203}, DType::f32, "q8"},           // q8 with x rows: one by one
+      {3, 300, {203, 203}, DType::f32, "q8"},           // q8 with x rows in groups
+      {512, 40, {24, 40}, DType::bf16, "q8"},           // q8 GEMM: one by one
   };
   for (const Case& c : cases)
     for (int threads : {1, 2}) {
@@ -426,10 +442,10 @@ TEST(Threaded, SiblingLinearsAreTheirOwnRuns) {
     }
 }
 
-// The q8 error bound from the formula, per output element. With blocks b of 32 along K,
-// sx_b = max|x_b| / 127 and sw_b = max|w_b| / 127, rounding gives |x - x^| <= sx_b / 2 and
-// |w - w^| <= sw_b / 2, so |x^ w^ - x w| <= |x| sw/2 + |w| sx/2 + sx sw / 4 per term; summed
-// over k, plus f32 rounding of the sum (1e-6 of sum |x w|).
+// The q8 error bound from the formula, per output element. With blocks b of 32 along K and
+// sw_b = max|w_b| / 127, rounding gives |w - q sw| <= sw_b / 2; x is not quantised (W8A16), so
+// |x . w^ - x . w| <= sum_k |x_k| sw_b / 2, plus the f32 rounding of w^ = float(q) * s and of the
+// sum: (K + 2) 2^-24 sum_k |x_k| (|w_k| + sw_b).
 std::vector<double> q8_bounds(const Tensor& x, const Tensor& w, std::int64_t M, std::int64_t K, std::int64_t N) {
   const auto xv = values(x), wv = values(w);
   const auto block_max = [&](const std::vector<float>& v, std::int64_t row, std::int64_t b) {
@@ -442,12 +458,12 @@ std::vector<double> q8_bounds(const Tensor& x, const Tensor& w, std::int64_t M, 
     for (std::int64_t n = 0; n < N; ++n) {
       double e = 0, mag = 0;
       for (std::int64_t k = 0; k < K; ++k) {
-        const double sx = block_max(xv, m, k / 32), sw = block_max(wv, n, k / 32);
+        const double sw = block_max(wv, n, k / 32);
         const double a = std::fabs(double(xv[std::size_t(m * K + k)])), c = std::fabs(double(wv[std::size_t(n * K + k)]));
-        e += a * sw / 2 + c * sx / 2 + sx * sw / 4;
-        mag += a * c;
+        e += a * sw / 2;
+        mag += a * (c + sw);
       }
-      bound[std::size_t(m * N + n)] = e + 1e-6 * mag;
+      bound[std::size_t(m * N + n)] = e + double(K + 2) * std::ldexp(1.0, -24) * mag;
     }
   return bound;
 }
@@ -479,64 +495,65 @@ TEST(Threaded, Q8LinearWithinTheQuantisationBound) {
     }
 }
 
-// q8 rows of v[K] as the backend quantises them (docs/backends.md): per block of 32, scale =
-// max|v| / 127 and q = round-half-even(v * (127 / max|v|)), all in f32, zero padding past K.
-struct Q8Ref {
-  std::vector<int> q;
-  std::vector<float> scale;
-};
-Q8Ref q8_reference(const std::vector<float>& v, std::int64_t rows, std::int64_t K) {
-  const std::int64_t nb = (K + 31) / 32;
-  Q8Ref r{std::vector<int>(std::size_t(rows * nb * 32), 0), std::vector<float>(std::size_t(rows * nb))};
+// q8 rows of v[K] as the backend quantises them (docs/backends.md): per block of 32, s =
+// max|v| / 127 and q = round-half-even(v * (127 / max|v|)), all in f32; each weight then stands
+// for float(q) * s, rounded to f32 once. Returns those f32 weights, [rows, K].
+std::vector<float> q8_dequantised(const std::vector<float>& v, std::int64_t rows, std::int64_t K) {
+  std::vector<float> out(v.size());
   for (std::int64_t n = 0; n < rows; ++n)
-    for (std::int64_t b = 0; b < nb; ++b) {
+    for (std::int64_t b = 0; b * 32 < K; ++b) {
+      const std::int64_t lo = b * 32, hi = std::min(K, lo + 32);
       float amax = 0;
-      for (std::int64_t k = b * 32; k < std::min(K, b * 32 + 32); ++k) amax = std::max(amax, std::fabs(v[std::size_t(n * K + k)]));
-      const float inv = amax > 0 ? 127.0f / amax : 0.0f;
-      r.scale[std::size_t(n * nb + b)] = amax / 127.0f;
-      for (std::int64_t k = b * 32; k < std::min(K, b * 32 + 32); ++k)
-        r.q[std::size_t(n * nb * 32 + k)] = static_cast<int>(std::nearbyint(v[std::size_t(n * K + k)] * inv));
+      for (std::int64_t k = lo; k < hi; ++k) amax = std::max(amax, std::fabs(v[std::size_t(n * K + k)]));
+      const float inv = amax > 0 ? 127.0f / amax : 0.0f, s = amax / 127.0f;
+      for (std::int64_t k = lo; k < hi; ++k) {
+        const float q = std::nearbyint(v[std::size_t(n * K + k)] * inv);
+        out[std::size_t(n * K + k)] = q * s;
+      }
     }
-  return r;
+  return out;
 }
 
-// The q8 Linear computes exactly y = sum_b xs_b ws_b sum_{k in b} xq_k wq_k up to f32 rounding
-// (the quantisation-error bound above is far looser and would not see, say, a wrong offset
-// correction in the VNNI kernel). Every ISA, x rows 1 to 4 (decode and grouped paths), an odd
-// block count (K = 900) and rows left over from the 4 row runs (N = 1001).
+// Max over outputs of |got - x . dequant(W)| / ((K + 2) u sum_k |x_k w^_k|), the sum in double:
+// <= 1 means the backend computed x . dequant(W) up to f32 rounding. (The quantisation bound is
+// far looser and would not see, say, a scale taken from the neighbouring block.)
+double q8_error_vs_arithmetic(Backend& b, std::int64_t M, std::int64_t K, std::int64_t N, const std::vector<Arg>& args) {
+  const Tensor got = run_on(b, linear_node(M, N), args);
+  const auto x = values(args[0].t), w = q8_dequantised(values(args[1].t), N, K), g = values(got);
+  double worst = 0;
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < N; ++n) {
+      double want = 0, mag = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double p = double(x[std::size_t(m * K + k)]) * w[std::size_t(n * K + k)];
+        want += p, mag += std::fabs(p);
+      }
+      const double bound = double(K + 2) * std::ldexp(1.0, -24) * mag + 1e-30;
+      worst = std::max(worst, std::fabs(double(g[std::size_t(m * N + n)]) - want) / bound);
+    }
+  return worst;
+}
+
+// The q8 Linear computes x . dequant(W) up to f32 rounding: every ISA, every path, x rows 1 to 4
+// (decode and grouped GEMV) and 70 (GEMM tiles), an odd block count with a partial block
+// (K = 900), K below one block (20), and rows left over from the 4 row runs (N = 1001).
 TEST(Threaded, Q8LinearIsItsQuantisedArithmetic) {
   struct Case { std::int64_t M, K, N; };
   for (const std::string isa : {"avx512", "avx2", "scalar"})
-    for (const Case c : {Case{1, 900, 1001}, Case{4, 900, 37}, Case{3, 64, 203}}) {
-      IsaScope scope(isa);
-      std::shared_ptr<Backend> b;
-      try {
-        b = threaded(2, "q8");
-      } catch (const Error&) {
-        continue;  // the ISA test above reports which ISAs this CPU lacks
-      }
-      SCOPED_TRACE(fmt::format("ISA {} M={} K={} N={}", isa, c.M, c.K, c.N));
-      const auto args = linear_args(c.M, c.K, c.N, DType::bf16, false, 81);
-      const Tensor got = run_on(*b, linear_node(c.M, c.N), args);
-      const Q8Ref x = q8_reference(values(args[0].t), c.M, c.K), w = q8_reference(values(args[1].t), c.N, c.K);
-      const std::int64_t nb = (c.K + 31) / 32;
-      const auto g = values(got);
-      for (std::int64_t m = 0; m < c.M; ++m)
-        for (std::int64_t n = 0; n < c.N; ++n) {
-          double want = 0, mag = 0;
-          for (std::int64_t blk = 0; blk < nb; ++blk) {
-            long dot = 0, wsum = 0, absdot = 0;
-            for (std::int64_t k = blk * 32; k < blk * 32 + 32; ++k) {
-              const long xq = x.q[std::size_t(m * nb * 32 + k)], wq = w.q[std::size_t(n * nb * 32 + k)];
-              dot += xq * wq, absdot += std::labs(xq * wq), wsum += std::labs(wq);
-            }
-            const double s = double(x.scale[std::size_t(m * nb + blk)]) * w.scale[std::size_t(n * nb + blk)];
-            want += s * double(dot);
-            mag += s * double(absdot + 128 * wsum);  // the VNNI kernel's offset terms count too
-          }
-          EXPECT_NEAR(g[std::size_t(m * c.N + n)], want, 1e-5 * mag + 1e-30) << "m " << m << " n " << n;
+    for (const std::string mode : {"gemv", "gemm"})
+      for (const Case c : {Case{1, 900, 1001}, Case{4, 900, 37}, Case{3, 64, 203}, Case{70, 300, 65}, Case{2, 20, 9}}) {
+        IsaScope scope(isa);
+        LinearScope linear_scope(mode);
+        std::shared_ptr<Backend> b;
+        try {
+          b = threaded(2, "q8");
+        } catch (const Error&) {
+          continue;  // the ISA test above reports which ISAs this CPU lacks
         }
-    }
+        SCOPED_TRACE(fmt::format("ISA {} {} M={} K={} N={}", isa, mode, c.M, c.K, c.N));
+        for (DType wt : {DType::bf16, DType::f32})
+          EXPECT_LE(q8_error_vs_arithmetic(*b, c.M, c.K, c.N, linear_args(c.M, c.K, c.N, wt, false, 81)), 1.0) << dtype_name(wt);
+      }
 }
 
 // In q8 mode weight() still returns the uploaded values: the source view, not the int8 copy.

@@ -2,7 +2,8 @@
 // whatever its micro-batch (size, neighbours, left padding) and the thread count. 20 prompts of
 // mixed lengths (1 to 70 tokens) on a fresh `make-model --preset small` checkpoint run through
 // `sonde batch --hooks` alone, in batches of 3 and 8 in shuffled orders, with 1 and 2 threads
-// (native weights; q8 alone against a batch of 8);
+// (native weights; q8 alone against a batch of 8, and a batch of 3 with every Linear forced onto the
+// GEMM path, SONDE_THREADED_LINEAR=gemm, decode steps too: q8 sums the same f32 weights on both paths);
 // every captured dataset (every block's hooks, the final norm and the logits, prompt rows and
 // generated rows) must match the first run bit for bit, prompt by prompt.
 #include <gtest/gtest.h>
@@ -87,15 +88,19 @@ TEST(BatchInvariance, APromptsNumbersDoNotDependOnItsMicroBatchOrThreads) {
     int batch, threads;
     unsigned shuffle;  // 0: input order
     std::string weights = "native";
+    std::string linear = "";  // SONDE_THREADED_LINEAR for this run ("": automatic)
   };
   // Each run is compared with the first of its weights (q8 rounds differently from native).
-  const Config configs[] = {{1, 1, 0}, {1, 2, 0}, {3, 2, 1}, {3, 1, 2}, {8, 1, 3}, {8, 2, 4}, {1, 1, 0, "q8"}, {8, 2, 3, "q8"}};
+  const Config configs[] = {{1, 1, 0}, {1, 2, 0}, {3, 2, 1}, {3, 1, 2}, {8, 1, 3}, {8, 2, 4}, {1, 1, 0, "q8"}, {8, 2, 3, "q8"},
+                            {3, 2, 1, "q8", "gemm"}};
   const std::size_t first_q8 = 6;
   std::vector<std::map<std::string, Rows>> rows;
   std::vector<std::filesystem::path> files;
   std::vector<std::map<std::string, nlohmann::json>> completions;
   for (const Config& c : configs) {
-    const std::string name = c.weights + "b" + std::to_string(c.batch) + "t" + std::to_string(c.threads) + "s" + std::to_string(c.shuffle);
+    std::string name = c.weights;  // appended, not a chain of +: GCC 12's false -Wrestrict
+    name.append("b").append(std::to_string(c.batch)).append("t").append(std::to_string(c.threads));
+    name.append("s").append(std::to_string(c.shuffle)).append(c.linear);
     auto order = prompts;
     if (c.shuffle) std::shuffle(order.begin(), order.end(), std::mt19937(c.shuffle));
     {
@@ -103,10 +108,12 @@ TEST(BatchInvariance, APromptsNumbersDoNotDependOnItsMicroBatchOrThreads) {
       for (const auto& p : order) in << nlohmann::json{{"id", p.id}, {"ids", p.ids}}.dump() << "\n";
     }
     files.push_back(dir / (name + ".h5"));
+    if (!c.linear.empty()) setenv("SONDE_THREADED_LINEAR", c.linear.c_str(), 1);
     r = run_sonde({"batch", "--model", model.string(), "--backend", backend(), "--threads", std::to_string(c.threads),
                    "--input", (dir / (name + ".jsonl")).string(), "--output", (dir / (name + ".out.jsonl")).string(),
                    "--hooks", selection, "--acts", files.back().string(), "--max-new-tokens", "3", "--temperature", "0",
                    "--batch-size", std::to_string(c.batch), "--weights", c.weights});
+    unsetenv("SONDE_THREADED_LINEAR");
     ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
     rows.push_back(rows_by_id(files.back()));
     ASSERT_EQ(rows.back().size(), prompts.size()) << name;
@@ -130,7 +137,7 @@ TEST(BatchInvariance, APromptsNumbersDoNotDependOnItsMicroBatchOrThreads) {
         ASSERT_EQ(a.size(), b.size()) << hook << " " << p.id;
         ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)), 0)
             << hook << ", prompt " << p.id << " (" << p.ids.size() << " tokens): batch " << configs[c].batch << ", "
-            << configs[c].threads << " threads, order " << configs[c].shuffle << ", " << configs[c].weights
+            << configs[c].threads << " threads, order " << configs[c].shuffle << ", " << configs[c].weights << " " << configs[c].linear
             << " differs from one prompt at a time, 1 thread";
         ++compared;
       }

@@ -184,8 +184,8 @@ TEST_F(Bench, DecodeBoundCountsTheBytesAsTheBackendHoldsThem) {
 
 TEST_F(Bench, Q8DecodeBoundCountsTheInt8BlocksTheBackendReads) {
   // Under --weights q8 the threaded backend reads, for every 2-D weight [N, K], N x kp int8
-  // values plus one f32 scale and one i32 block sum per 32-value block (kp = K rounded up to
-  // 32: backends/threaded/q8.h); 1-D weights (norms, biases) are read as stored (f32 here).
+  // values plus one f32 scale per 32-value block (kp = K rounded up to 32: backends/threaded/q8.h);
+  // 1-D weights (norms, biases) are read as stored (f32 here).
   const auto st = read_safetensors(qwen_ / "model.safetensors");
   std::uint64_t bytes = 0;
   for (const auto& [name, info] : st.header.items()) {
@@ -193,7 +193,7 @@ TEST_F(Bench, Q8DecodeBoundCountsTheInt8BlocksTheBackendReads) {
     const auto& shape = info["shape"];
     if (shape.size() == 2) {
       const std::uint64_t N = shape[0].get<std::uint64_t>(), K = shape[1].get<std::uint64_t>(), kp = (K + 31) / 32 * 32;
-      bytes += N * kp + N * (kp / 32) * 8;
+      bytes += N * kp + N * (kp / 32) * 4;
     } else {
       bytes += info["data_offsets"][1].get<std::uint64_t>() - info["data_offsets"][0].get<std::uint64_t>();
     }
