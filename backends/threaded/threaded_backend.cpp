@@ -82,8 +82,12 @@ bool streams(const Ctx& c, const TensorView& linear_out, const TensorView& w, bo
 }
 
 // The host's rates for the Linear dispatch, measured once per process and pool size: a streaming
-// read of 64 MB (beyond the L2 of any core; the figure the decode GEMV reaches), the GEMM path
-// on an in-cache problem and the GEMV kernel on L2-resident W chunks. About 25 ms.
+// read of 64 MB over the pool's threads (beyond the L2 of any core; the figure the decode GEMV
+// reaches), and on one thread, scaled by the pool's size, the GEMM path on an in-cache problem
+// and the GEMV kernel on L2-resident W chunks. About 30 ms. One thread, because a probe run
+// lasts 0.1-0.6 ms and a worker woken for it may join late or not at all: on this VM 2 threads
+// measured 1 thread's rates in some probes and 2 threads' in others of the same start-up, while a
+// prefill runs 1.84x faster on 2 threads than on 1.
 HostRates measure_rates(ThreadPool& pool, const Kernels& k) {
   static std::mutex mu;
   static std::map<std::pair<int, const Kernels*>, HostRates> cache;
@@ -94,9 +98,13 @@ HostRates measure_rates(ThreadPool& pool, const Kernels& k) {
   const host::ByteRange range{buf.data(), buf.size()};
   HostRates r;
   r.read_bytes_per_s = static_cast<double>(buf.size()) / host::fastest_read({&range, 1}, pool.size());
-  measure_gemm(Ctx{pool, k, LinearMode::gemm, {}}, r);
-  r.gemv_flops_per_s = measure_gemv_flops(Ctx{pool, k, LinearMode::gemv, {}}, false);
-  r.gemv_q8_flops_per_s = measure_gemv_flops(Ctx{pool, k, LinearMode::gemv, {}}, true);
+  ThreadPool one(1);
+  const double threads = pool.size();
+  measure_gemm(Ctx{one, k, LinearMode::gemm, {}}, r);
+  r.gemm_flops_per_s *= threads;
+  r.gemm_fixed_s_per_weight /= threads;
+  r.gemv_flops_per_s = threads * measure_gemv_flops(Ctx{one, k, LinearMode::gemv, {}}, false);
+  r.gemv_q8_flops_per_s = threads * measure_gemv_flops(Ctx{one, k, LinearMode::gemv, {}}, true);
   spdlog::debug("backend threaded: {:.1f} GB/s read, {:.1f} GFLOP/s GEMM + {:.3f} ns per weight, {:.1f} / {:.1f} "
                 "GFLOP/s GEMV in L2, bf16 / q8 ({} threads)",
                 r.read_bytes_per_s / 1e9, r.gemm_flops_per_s / 1e9, r.gemm_fixed_s_per_weight * 1e9,
