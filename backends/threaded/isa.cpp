@@ -5,7 +5,7 @@
 
 namespace sonde::threaded {
 
-// The AVX-512 TU is built with -mavx512f/bw/vl/vnni and -mfma, the AVX2 TU with -mavx2/-mfma/-mf16c:
+// The AVX-512 TUs are built with -mavx512f/bw/vl and -mfma, the AVX2 TU with -mavx2/-mfma/-mf16c:
 // sonde::host::widest_isa() asks for exactly those.
 std::vector<std::string> available_isas() {
   const std::string widest = host::widest_isa();

@@ -1,4 +1,4 @@
-// AVX-512 kernels (F, BW, VL, VNNI, FMA; compile flags set per file in CMakeLists.txt). Only
+// AVX-512 kernels (F, BW, VL, FMA; compile flags set per file in CMakeLists.txt). Only
 // called after isa.cpp has checked the CPU. No sonde or standard-library inline code here (see
 // kernels.h): everything is intrinsics and functions with internal linkage.
 #include "kernels.h"

@@ -1,6 +1,6 @@
 #pragma once
 // The threaded CPU backend: its own thread pool (the process's only compute threads), kernels
-// chosen at run time for the CPU (AVX-512 VNNI, AVX2+FMA, scalar), Linear and Embedding reading
+// chosen at run time for the CPU (AVX-512, AVX2+FMA, scalar), Linear and Embedding reading
 // f32/f16/bf16 weights in place from the mapped safetensors, and optional int8 weights (q8).
 #include "isa.h"
 #include "ops.h"

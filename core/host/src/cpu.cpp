@@ -26,7 +26,7 @@ const CpuFeatures& cpu_features() {
 
 std::string widest_isa() {
   const auto& f = cpu_features();
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.fma) return "avx512";
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.fma) return "avx512";
   if (f.avx2 && f.fma && f.f16c) return "avx2";
   return "scalar";
 }

@@ -13,8 +13,9 @@ struct CpuFeatures {
 // The features of the CPU this process runs on (all false off x86-64).
 const CpuFeatures& cpu_features();
 
-// The widest vector ISA a run-time dispatching kernel may use here: "avx512" (F, BW, VL, VNNI
-// and FMA), "avx2" (with FMA and F16C), or "scalar".
+// The widest vector ISA a run-time dispatching kernel may use here: "avx512" (F, BW, VL and
+// FMA; VNNI is reported but no kernel needs it since q8 is W8A16), "avx2" (with FMA and F16C),
+// or "scalar".
 std::string widest_isa();
 
 }  // namespace sonde::host
