@@ -186,11 +186,10 @@ TEST(Threaded, EveryLinearPathAtEveryRowCountMatchesReference) {
 
 double q8_error_vs_arithmetic(Backend& b, std::int64_t M, std::int64_t K, std::int64_t N, const std::vector<Arg>& args);
 
-// q8 weights on every ISA and every Linear path, at the row counts above: each output is
-// x . dequant(W) to f32 rounding, and within the quantisation bound of the reference's x . W.
-TEST(Threaded, Q8LinearAtEveryRowCountMatchesReference) {
+// A threaded backend with q8 weights on every ISA this CPU has, for each Linear mode given.
+template <typename F> void on_every_q8_backend(std::initializer_list<const char*> modes, F fn) {
   for (const std::string isa : {"avx512", "avx2", "scalar"})
-    for (const std::string mode : {"gemv", "gemm", "auto"}) {
+    for (const std::string mode : modes) {
       IsaScope isa_scope(isa);
       LinearScope scope(mode);
       std::shared_ptr<Backend> b;
@@ -199,18 +198,27 @@ TEST(Threaded, Q8LinearAtEveryRowCountMatchesReference) {
       } catch (const Error&) {
         continue;  // EveryAvailableIsaMatchesReference reports which ISAs this CPU lacks
       }
-      for (std::int64_t M : kRowCounts) {
-        const std::int64_t K = 67, N = 37;
-        SCOPED_TRACE(fmt::format("q8 {} {} M={}", isa, mode, M));
-        const auto args = linear_args(M, K, N, DType::bf16, false, 43);
-        EXPECT_LE(q8_error_vs_arithmetic(*b, M, K, N, args), 1.0);
-        const Tensor want = run_on(*make_backend("reference"), linear_node(M, N), args);
-        const Tensor got = run_on(*b, linear_node(M, N), args);
-        const auto bound = q8_bounds(args[0].t, args[1].t, M, K, N);
-        const auto g = values(got), r = values(want);
-        for (std::size_t i = 0; i < g.size(); ++i) ASSERT_LE(std::fabs(double(g[i]) - r[i]), bound[i]) << "element " << i;
-      }
+      SCOPED_TRACE(fmt::format("q8 ISA {} {}", isa, mode));
+      fn(*b);
     }
+}
+
+// q8 weights on every ISA and every Linear path, at the row counts above: each output is
+// x . dequant(W) to f32 rounding, and within the quantisation bound of the reference's x . W.
+TEST(Threaded, Q8LinearAtEveryRowCountMatchesReference) {
+  on_every_q8_backend({"gemv", "gemm", "auto"}, [](Backend& b) {
+    for (std::int64_t M : kRowCounts) {
+      const std::int64_t K = 67, N = 37;
+      SCOPED_TRACE(fmt::format("M={}", M));
+      const auto args = linear_args(M, K, N, DType::bf16, false, 43);
+      EXPECT_LE(q8_error_vs_arithmetic(b, M, K, N, args), 1.0);
+      const Tensor want = run_on(*make_backend("reference"), linear_node(M, N), args);
+      const Tensor got = run_on(b, linear_node(M, N), args);
+      const auto bound = q8_bounds(args[0].t, args[1].t, M, K, N);
+      const auto g = values(got), r = values(want);
+      for (std::size_t i = 0; i < g.size(); ++i) ASSERT_LE(std::fabs(double(g[i]) - r[i]), bound[i]) << "element " << i;
+    }
+  });
 }
 
 TEST(Threaded, UnknownLinearModeIsAnErrorNamingIt) {
@@ -539,21 +547,13 @@ double q8_error_vs_arithmetic(Backend& b, std::int64_t M, std::int64_t K, std::i
 // (K = 900), K below one block (20), and rows left over from the 4 row runs (N = 1001).
 TEST(Threaded, Q8LinearIsItsQuantisedArithmetic) {
   struct Case { std::int64_t M, K, N; };
-  for (const std::string isa : {"avx512", "avx2", "scalar"})
-    for (const std::string mode : {"gemv", "gemm"})
-      for (const Case c : {Case{1, 900, 1001}, Case{4, 900, 37}, Case{3, 64, 203}, Case{70, 300, 65}, Case{2, 20, 9}}) {
-        IsaScope scope(isa);
-        LinearScope linear_scope(mode);
-        std::shared_ptr<Backend> b;
-        try {
-          b = threaded(2, "q8");
-        } catch (const Error&) {
-          continue;  // the ISA test above reports which ISAs this CPU lacks
-        }
-        SCOPED_TRACE(fmt::format("ISA {} {} M={} K={} N={}", isa, mode, c.M, c.K, c.N));
-        for (DType wt : {DType::bf16, DType::f32})
-          EXPECT_LE(q8_error_vs_arithmetic(*b, c.M, c.K, c.N, linear_args(c.M, c.K, c.N, wt, false, 81)), 1.0) << dtype_name(wt);
-      }
+  on_every_q8_backend({"gemv", "gemm"}, [](Backend& b) {
+    for (const Case c : {Case{1, 900, 1001}, Case{4, 900, 37}, Case{3, 64, 203}, Case{70, 300, 65}, Case{2, 20, 9}}) {
+      SCOPED_TRACE(fmt::format("M={} K={} N={}", c.M, c.K, c.N));
+      for (DType wt : {DType::bf16, DType::f32})
+        EXPECT_LE(q8_error_vs_arithmetic(b, c.M, c.K, c.N, linear_args(c.M, c.K, c.N, wt, false, 81)), 1.0) << dtype_name(wt);
+    }
+  });
 }
 
 // In q8 mode weight() still returns the uploaded values: the source view, not the int8 copy.
