@@ -161,8 +161,13 @@ class JobProgress {
   void clear() const {
     std::error_code ec;
     std::vector<fs::path> stale;
-    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
-      if (it->path().extension() == ".progress" || it->path().extension() == ".tmp") stale.push_back(it->path());
+    const auto ends_with = [](const std::string& s, std::string_view tail) {
+      return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (ends_with(name, ".progress") || ends_with(name, ".progress.tmp")) stale.push_back(it->path());
+    }
     for (const auto& f : stale) fs::remove(f, ec);
   }
   // Each copy's writer, before the collective that follows: what earlier runs committed, so
