@@ -23,7 +23,7 @@ template <WType T> constexpr i64 esize() { return T == WType::f32 ? 4 : 2; }
 // block, which load_w finds from k.
 template <WType T> constexpr i64 woff(i64 k) { return T == WType::q8 ? k / kQ8Block * kQ8BlockBytes : k * esize<T>(); }
 template <WType T> constexpr i64 row_bytes(i64 K) {
-  return T == WType::q8 ? (K + kQ8Block - 1) / kQ8Block * kQ8BlockBytes : K * esize<T>();
+  return T == WType::q8 ? q8_row_bytes(K) : K * esize<T>();
 }
 
 // The first `valid` elements of p (< kStep), zero beyond, in a buffer: AVX2 has no masked 16-bit

@@ -43,7 +43,7 @@ template <WType T> constexpr i64 esize() { return T == WType::f32 ? 4 : T == WTy
 // Bytes from a row's start to element k (k a multiple of kStep, or K for a row's length); a q8
 // step is one block (kStep == kQ8Block).
 template <WType T> constexpr i64 wbytes(i64 k) {
-  return T == WType::q8 ? (k + kQ8Block - 1) / kQ8Block * kQ8BlockBytes : k * esize<T>();
+  return T == WType::q8 ? q8_row_bytes(k) : k * esize<T>();
 }
 
 // x[k .. k+valid) (valid <= 32, zero beyond) as two vectors.

@@ -18,6 +18,8 @@ enum class WType : int { f32, f16, bf16, q8 };
 
 constexpr std::int64_t kQ8Block = 32;
 constexpr std::int64_t kQ8BlockBytes = 4 + kQ8Block;
+// Bytes of the q8 blocks that hold elements [0, k) of a row (k = K: the row's length).
+constexpr std::int64_t q8_row_bytes(std::int64_t k) { return (k + kQ8Block - 1) / kQ8Block * kQ8BlockBytes; }
 
 struct Kernels {
   const char* name;

@@ -14,7 +14,7 @@ namespace {
 float load_w(const void* W, WType wt, std::int64_t K, std::int64_t n, std::int64_t k) {
   const auto* p = static_cast<const unsigned char*>(W);
   if (wt == WType::q8) {  // w = float(q) * s (kernels.h)
-    const unsigned char* blk = p + n * ((K + kQ8Block - 1) / kQ8Block * kQ8BlockBytes) + k / kQ8Block * kQ8BlockBytes;
+    const unsigned char* blk = p + n * q8_row_bytes(K) + k / kQ8Block * kQ8BlockBytes;
     float s;
     std::memcpy(&s, blk, 4);
     return static_cast<float>(static_cast<std::int8_t>(blk[4 + k % kQ8Block])) * s;

@@ -14,7 +14,6 @@
 
 namespace sonde::threaded {
 
-inline std::int64_t q8_row_bytes(std::int64_t K) { return (K + kQ8Block - 1) / kQ8Block * kQ8BlockBytes; }
 constexpr double kQ8BytesPerWeight = static_cast<double>(kQ8BlockBytes) / kQ8Block;
 
 struct Q8Weight {
