@@ -232,11 +232,14 @@ TEST(Threaded, UnknownLinearModeIsAnErrorNamingIt) {
 }
 
 // Batch invariance of the Linear: each x row's output is bit-identical whether it runs alone
-// (M = 1, the decode GEMV), among a few rows or among many, on either path, with 1 or 2 threads.
+// (M = 1, the decode GEMV), among a few rows or among many, on either path, with 1 or 2 threads;
+// K within one of the tiled kernels' K blocks (1024) and over two, neither a multiple of 16.
 TEST(Threaded, LinearRowsDoNotDependOnTheirBatch) {
+  for (const std::int64_t K : {300, 1100})
   for (const std::string weights : {"native", "q8"})
     for (DType wt : {DType::bf16, DType::f32}) {
-      const std::int64_t K = 300, N = 203, M = 70;
+      SCOPED_TRACE(fmt::format("K={}", K));
+      const std::int64_t N = 203, M = 70;
       const auto args = linear_args(M, K, N, wt, true, 44);
       std::vector<Tensor> outs;
       std::vector<std::string> what;
