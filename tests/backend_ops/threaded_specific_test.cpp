@@ -13,7 +13,7 @@
 namespace sonde::test {
 namespace {
 
-constexpr double kTol = 1e-5;
+constexpr double kThreadedTol = 1e-5;
 
 std::shared_ptr<Backend> threaded(int threads, const std::string& weights = "native") {
   auto b = registry().backend("threaded");
@@ -90,7 +90,7 @@ void check_gemv_streams(Backend& b) {
         }
 }
 
-struct AttnCase {
+struct ThreadedAttnCase {
   std::int64_t B, T, S, nh, nkv, d;
   bool causal, mask;
 };
@@ -111,7 +111,7 @@ Tensor mask_with_a_masked_run(std::int64_t B, std::int64_t S) {
   return bytes(Shape{B, S}, m);
 }
 
-std::vector<Arg> attention_args(const AttnCase& c, bool masked_run = false) {
+std::vector<Arg> attention_args(const ThreadedAttnCase& c, bool masked_run = false) {
   std::vector<Arg> args{{random_tensor(DType::f32, Shape{c.B, c.T, c.nh, c.d}, 50, -3, 3)},
                         {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 51, -3, 3)},
                         {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 52)}};
@@ -123,7 +123,7 @@ std::vector<Arg> attention_args(const AttnCase& c, bool masked_run = false) {
 // 16 query rows (decode) the keys are split into runs of 256 whose states are merged: S = 600
 // and 700 give three runs, the last one short; d = 24 and 40 leave a partial vector per key.
 void check_long_attention(Backend& b) {
-  const AttnCase cases[] = {{2, 300, 300, 4, 2, 64, true, true},  {1, 300, 300, 4, 1, 64, false, true},
+  const ThreadedAttnCase cases[] = {{2, 300, 300, 4, 2, 64, true, true},  {1, 300, 300, 4, 1, 64, false, true},
                             {2, 5, 300, 4, 2, 64, true, true},    {1, 1, 300, 6, 2, 32, true, false},
                             {1, 70, 300, 2, 2, 16, false, false}, {1, 1, 600, 14, 2, 64, true, false},
                             {2, 1, 700, 4, 2, 128, true, true},   {2, 16, 600, 6, 3, 24, false, true},
@@ -132,16 +132,16 @@ void check_long_attention(Backend& b) {
     SCOPED_TRACE(fmt::format("T={} S={} nh={} nkv={} d={} causal={} mask={}", c.T, c.S, c.nh, c.nkv, c.d, c.causal, c.mask));
     Node n = make_node(OpKind::Attention, Shape{c.B, c.T, c.nh, c.d});
     n.params.causal = c.causal;
-    EXPECT_LE(vs_reference(b, n, attention_args(c)), kTol);
+    EXPECT_LE(vs_reference(b, n, attention_args(c)), kThreadedTol);
   }
   // A run with no allowed key adds nothing to the merge; a query with none at all gives zeros.
   for (const bool causal : {true, false}) {
-    const AttnCase c{2, 2, 600, 4, 2, 32, causal, true};
+    const ThreadedAttnCase c{2, 2, 600, 4, 2, 32, causal, true};
     SCOPED_TRACE(fmt::format("a masked run, causal={}", causal));
     Node n = make_node(OpKind::Attention, Shape{c.B, c.T, c.nh, c.d});
     n.params.causal = causal;
     const auto args = attention_args(c, true);
-    EXPECT_LE(vs_reference(b, n, args), kTol);
+    EXPECT_LE(vs_reference(b, n, args), kThreadedTol);
     if (!causal) {
       const Tensor got = run_on(b, n, args);
       const float* last_row = got.data<float>() + (c.T - 1) * c.nh * c.d;  // batch row 0, last query
@@ -155,7 +155,7 @@ void check_elementwise(Backend& b) {
     for (std::int64_t len : {1, 17, 40000}) {
       const Shape s{1, len};
       SCOPED_TRACE(fmt::format("{} {}", op_name(op), len));
-      EXPECT_LE(vs_reference(b, make_node(op, s), {{random_tensor(DType::f32, s, 60, -20, 20)}, {random_tensor(DType::f32, s, 61)}}), kTol);
+      EXPECT_LE(vs_reference(b, make_node(op, s), {{random_tensor(DType::f32, s, 60, -20, 20)}, {random_tensor(DType::f32, s, 61)}}), kThreadedTol);
     }
 }
 
