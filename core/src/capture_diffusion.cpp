@@ -25,7 +25,7 @@ using capture_detail::AfterForward;
 using capture_detail::StateValues;
 using capture_detail::TapStore;
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kNaNf = std::numeric_limits<float>::quiet_NaN();
 
 // One prompt's last computed values per slot: per forward hook [N, row] floats, and the step
 // whose forward computed each slot (-1: none yet).
@@ -170,7 +170,7 @@ struct DiffusionCapture {
     model.forward(input);
     for (std::size_t r = 0; r < prompts.size(); ++r)
       for (std::int64_t j = 0; j < N; ++j)
-        if (position_wanted(r, j)) add_row(r, j, static_cast<std::int32_t>(steps_done), false, kNaN);
+        if (position_wanted(r, j)) add_row(r, j, static_cast<std::int32_t>(steps_done), false, kNaNf);
   }
 };
 

@@ -16,7 +16,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string shown(const json& v) {
+std::string shown_value(const json& v) {
   std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   if (s.size() > 80) s = s.substr(0, 80) + "...";
   return s;
@@ -40,7 +40,7 @@ class Fields {
   }
 
   [[noreturn]] void wrong(const char* key, const json& v, const char* expected) const {
-    bad_input("{}: field '{}' is {}, expected {}", label_, key, shown(v), expected);
+    bad_input("{}: field '{}' is {}, expected {}", label_, key, shown_value(v), expected);
   }
 
   std::int64_t integer(const char* key, const json& v, std::int64_t min, const char* expected) const {
@@ -125,11 +125,11 @@ json parse_object(const std::string& text, const std::string& label) {
   } catch (const json::exception& e) {
     bad_input("{}: not valid JSON: {}", label, e.what());
   }
-  if (!root.is_object()) bad_input("{}: expected a JSON object, got {}", label, shown(root));
+  if (!root.is_object()) bad_input("{}: expected a JSON object, got {}", label, shown_value(root));
   return root;
 }
 
-std::optional<std::string> read_file(const fs::path& file) {
+std::optional<std::string> read_optional_file(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return std::nullopt;
   std::ostringstream ss;
@@ -173,7 +173,7 @@ void reject_unsupported(ModelConfig& c, const Fields& f, const std::string& labe
   if (f.opt_bool("use_sliding_window").value_or(false))
     bad_input("{}: field 'use_sliding_window' is true: sliding-window attention is not supported", label);
   if (const json* rs = f.find("rope_scaling"))
-    bad_input("{}: field 'rope_scaling' is {}: RoPE scaling is not supported (expected null)", label, shown(*rs));
+    bad_input("{}: field 'rope_scaling' is {}: RoPE scaling is not supported (expected null)", label, shown_value(*rs));
 }
 
 }  // namespace
@@ -226,13 +226,13 @@ ModelConfig ModelConfig::parse(const std::string& json_text, const std::string& 
 
 ModelConfig ModelConfig::load(const fs::path& dir) {
   const fs::path file = dir / "config.json";
-  auto text = read_file(file);
+  auto text = read_optional_file(file);
   if (!text) bad_input("{}: cannot read the model config: {}", file.string(), std::strerror(errno));
   ModelConfig c = parse(*text, file.string());
   c.dir = dir;
   const fs::path gen_file = dir / "generation_config.json";
   if (fs::exists(gen_file)) {
-    auto gen = read_file(gen_file);
+    auto gen = read_optional_file(gen_file);
     if (!gen) bad_input("{}: cannot read: {}", gen_file.string(), std::strerror(errno));
     c.generation = parse_generation_config(*gen, gen_file.string());
   }

@@ -15,7 +15,7 @@
 namespace sonde {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
 constexpr float kFinfoMin = std::numeric_limits<float>::lowest();  // torch.finfo(float32).min
 
 // splitmix64's finaliser: a bijection on 64 bits with full avalanche.
@@ -115,7 +115,7 @@ void top_k_filter(std::span<float> logits, std::int64_t k) {
   if (k <= 0 || k >= static_cast<std::int64_t>(logits.size())) return;
   const float kth = kth_largest(logits, k);
   for (float& s : logits)
-    if (s < kth) s = kNegInf;
+    if (s < kth) s = kNegInfF;
 }
 
 void top_p_filter_hf(std::span<float> logits, double top_p) {
@@ -129,7 +129,7 @@ void top_p_filter_hf(std::span<float> logits, double top_p) {
   double cum = 0;
   for (std::size_t i = 0; i + 1 < idx.size(); ++i) {  // the last (largest) always stays
     cum += p[i];
-    if (cum <= 1.0 - top_p) logits[idx[i]] = kNegInf;
+    if (cum <= 1.0 - top_p) logits[idx[i]] = kNegInfF;
   }
 }
 

@@ -13,7 +13,7 @@
 namespace sonde::test {
 namespace {
 
-constexpr double kTol = 1e-5;
+constexpr double kThreadedTol = 1e-5;
 
 std::shared_ptr<Backend> threaded(int threads, const std::string& weights = "native") {
   auto b = registry().backend("threaded");
@@ -49,48 +49,74 @@ std::vector<Arg> linear_args(std::int64_t M, std::int64_t K, std::int64_t N, DTy
 // Max over elements of |got - ref| / ((K + 2) u sum_k |x_k w_k|), u = 2^-24: the classical
 // forward-error bound of an f32 dot product of length K plus the bias add and the reference's
 // rounding. <= 1 means within the bound. (A normalised error can blow up here: with N = 1 the only
-// output may nearly cancel.)
-double linear_error_vs_bound(Backend& b, std::int64_t M, std::int64_t K, std::int64_t N, const std::vector<Arg>& args) {
+// output may nearly cancel.) One value per backend in `bs`: the reference output and the bounds
+// are computed once for all of them (EveryAvailableIsaMatchesReference checks every ISA).
+std::vector<double> linear_errors_vs_bound(const std::vector<Backend*>& bs, std::int64_t M, std::int64_t K,
+                                           std::int64_t N, const std::vector<Arg>& args) {
   const Tensor want = run_on(*make_backend("reference"), linear_node(M, N), args);
-  const Tensor got = run_on(b, linear_node(M, N), args);
-  const auto x = values(args[0].t), w = values(args[1].t), g = values(got), r = values(want);
-  double worst = 0;
+  const auto x = values(args[0].t), w = values(args[1].t), r = values(want);
+  const auto bias = args.size() == 3 ? values(args[2].t) : std::vector<float>{};
+  std::vector<double> bound(static_cast<std::size_t>(M * N));
   for (std::int64_t m = 0; m < M; ++m)
     for (std::int64_t n = 0; n < N; ++n) {
-      double mag = args.size() == 3 ? std::fabs(double(values(args[2].t)[std::size_t(n)])) : 0.0;
+      double mag = bias.empty() ? 0.0 : std::fabs(double(bias[std::size_t(n)]));
       for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(double(x[std::size_t(m * K + k)]) * w[std::size_t(n * K + k)]);
-      const double bound = double(K + 2) * std::ldexp(1.0, -24) * mag + 1e-30;
-      worst = std::max(worst, std::fabs(double(g[std::size_t(m * N + n)]) - r[std::size_t(m * N + n)]) / bound);
+      bound[std::size_t(m * N + n)] = double(K + 2) * std::ldexp(1.0, -24) * mag + 1e-30;
     }
+  std::vector<double> worst;
+  for (Backend* b : bs) {
+    const auto g = values(run_on(*b, linear_node(M, N), args));
+    double e = 0;
+    for (std::size_t i = 0; i < bound.size(); ++i) e = std::max(e, std::fabs(double(g[i]) - r[i]) / bound[i]);
+    worst.push_back(e);
+  }
   return worst;
+}
+
+double linear_error_vs_bound(Backend& b, std::int64_t M, std::int64_t K, std::int64_t N, const std::vector<Arg>& args) {
+  return linear_errors_vs_bound({&b}, M, K, N, args)[0];
+}
+
+// Backends to check on the same inputs, each with the name its failures carry.
+struct Checked {
+  std::string name;
+  Backend* b;
+};
+
+void expect_within_bound(const std::vector<Checked>& bs, std::int64_t M, std::int64_t K, std::int64_t N,
+                         const std::vector<Arg>& args) {
+  std::vector<Backend*> ptrs;
+  for (const auto& c : bs) ptrs.push_back(c.b);
+  const auto errors = linear_errors_vs_bound(ptrs, M, K, N, args);
+  for (std::size_t i = 0; i < bs.size(); ++i) EXPECT_LE(errors[i], 1.0) << bs[i].name;
 }
 
 // M: the GEMV row groups (1..3, several groups) and past them; N around the 4 row streams and a
 // GEMM task's rows; K around the 16/32-lane loops, the q8 block (32) and 256.
-void check_tile_edges(Backend& b) {
+void check_tile_edges(const std::vector<Checked>& bs) {
   for (DType wt : {DType::f32, DType::bf16, DType::f16})
     for (std::int64_t M : {1, 3, 4, 7, 9, 17, 511, 512, 519})
       for (std::int64_t N : {1, 31, 33, 65, 97})
         for (std::int64_t K : {1, 15, 17, 33, 257, 300}) {
           SCOPED_TRACE(fmt::format("{} M={} N={} K={}", dtype_name(wt), M, N, K));
-          EXPECT_LE(linear_error_vs_bound(b, M, K, N, linear_args(M, K, N, wt, N % 2 == 1, 40)), 1.0);
+          expect_within_bound(bs, M, K, N, linear_args(M, K, N, wt, N % 2 == 1, 40));
         }
 }
 
 // The GEMV reads a task's rows as 4 interleaved runs (block i takes row i of each run) with the
 // rows left over one at a time: N here gives runs of 1 to 100+ rows with 0 to 3 left over, for
 // every x-row grouping (1, 2, 3 and 3 + 1/2) and K with and without a partial step.
-void check_gemv_streams(Backend& b) {
+void check_gemv_streams(const std::vector<Checked>& bs) {
   for (DType wt : {DType::bf16, DType::f16, DType::f32})
     for (std::int64_t M : {1, 2, 3, 4, 5})
       for (std::int64_t N : {5, 203, 1001})
         for (std::int64_t K : {40, 300}) {
           SCOPED_TRACE(fmt::format("GEMV {} M={} N={} K={}", dtype_name(wt), M, N, K));
-          EXPECT_LE(linear_error_vs_bound(b, M, K, N, linear_args(M, K, N, wt, N % 2 == 1, 41)), 1.0);
+          expect_within_bound(bs, M, K, N, linear_args(M, K, N, wt, N % 2 == 1, 41));
         }
 }
 
-struct AttnCase {
+struct ThreadedAttnCase {
   std::int64_t B, T, S, nh, nkv, d;
   bool causal, mask;
 };
@@ -111,7 +137,7 @@ Tensor mask_with_a_masked_run(std::int64_t B, std::int64_t S) {
   return bytes(Shape{B, S}, m);
 }
 
-std::vector<Arg> attention_args(const AttnCase& c, bool masked_run = false) {
+std::vector<Arg> attention_args(const ThreadedAttnCase& c, bool masked_run = false) {
   std::vector<Arg> args{{random_tensor(DType::f32, Shape{c.B, c.T, c.nh, c.d}, 50, -3, 3)},
                         {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 51, -3, 3)},
                         {random_tensor(DType::f32, Shape{c.B, c.S, c.nkv, c.d}, 52)}};
@@ -123,7 +149,7 @@ std::vector<Arg> attention_args(const AttnCase& c, bool masked_run = false) {
 // 16 query rows (decode) the keys are split into runs of 256 whose states are merged: S = 600
 // and 700 give three runs, the last one short; d = 24 and 40 leave a partial vector per key.
 void check_long_attention(Backend& b) {
-  const AttnCase cases[] = {{2, 300, 300, 4, 2, 64, true, true},  {1, 300, 300, 4, 1, 64, false, true},
+  const ThreadedAttnCase cases[] = {{2, 300, 300, 4, 2, 64, true, true},  {1, 300, 300, 4, 1, 64, false, true},
                             {2, 5, 300, 4, 2, 64, true, true},    {1, 1, 300, 6, 2, 32, true, false},
                             {1, 70, 300, 2, 2, 16, false, false}, {1, 1, 600, 14, 2, 64, true, false},
                             {2, 1, 700, 4, 2, 128, true, true},   {2, 16, 600, 6, 3, 24, false, true},
@@ -132,16 +158,16 @@ void check_long_attention(Backend& b) {
     SCOPED_TRACE(fmt::format("T={} S={} nh={} nkv={} d={} causal={} mask={}", c.T, c.S, c.nh, c.nkv, c.d, c.causal, c.mask));
     Node n = make_node(OpKind::Attention, Shape{c.B, c.T, c.nh, c.d});
     n.params.causal = c.causal;
-    EXPECT_LE(vs_reference(b, n, attention_args(c)), kTol);
+    EXPECT_LE(vs_reference(b, n, attention_args(c)), kThreadedTol);
   }
   // A run with no allowed key adds nothing to the merge; a query with none at all gives zeros.
   for (const bool causal : {true, false}) {
-    const AttnCase c{2, 2, 600, 4, 2, 32, causal, true};
+    const ThreadedAttnCase c{2, 2, 600, 4, 2, 32, causal, true};
     SCOPED_TRACE(fmt::format("a masked run, causal={}", causal));
     Node n = make_node(OpKind::Attention, Shape{c.B, c.T, c.nh, c.d});
     n.params.causal = causal;
     const auto args = attention_args(c, true);
-    EXPECT_LE(vs_reference(b, n, args), kTol);
+    EXPECT_LE(vs_reference(b, n, args), kThreadedTol);
     if (!causal) {
       const Tensor got = run_on(b, n, args);
       const float* last_row = got.data<float>() + (c.T - 1) * c.nh * c.d;  // batch row 0, last query
@@ -155,7 +181,7 @@ void check_elementwise(Backend& b) {
     for (std::int64_t len : {1, 17, 40000}) {
       const Shape s{1, len};
       SCOPED_TRACE(fmt::format("{} {}", op_name(op), len));
-      EXPECT_LE(vs_reference(b, make_node(op, s), {{random_tensor(DType::f32, s, 60, -20, 20)}, {random_tensor(DType::f32, s, 61)}}), kTol);
+      EXPECT_LE(vs_reference(b, make_node(op, s), {{random_tensor(DType::f32, s, 60, -20, 20)}, {random_tensor(DType::f32, s, 61)}}), kThreadedTol);
     }
 }
 
@@ -313,19 +339,20 @@ TEST(Threaded, AttentionRowsDoNotDependOnTheirBatch) {
     }
 }
 
-TEST(Threaded, TileEdgeShapesMatchReference) { check_tile_edges(*threaded(2)); }
+TEST(Threaded, TileEdgeShapesMatchReference) { check_tile_edges({{"threaded", threaded(2).get()}}); }
 
 TEST(Threaded, GemvRowStreamsMatchReference) {
-  for (int threads : {1, 2}) {
-    SCOPED_TRACE(fmt::format("{} threads", threads));
-    check_gemv_streams(*threaded(threads));
-  }
+  const auto one = threaded(1), two = threaded(2);
+  check_gemv_streams({{"1 thread", one.get()}, {"2 threads", two.get()}});
 }
 
 TEST(Threaded, LongAttentionMatchesReference) { check_long_attention(*threaded(2)); }
 
-// Every ISA this CPU has, forced in turn; the description names the one in use.
+// Every ISA this CPU has, forced in turn; the description names the one in use. The Linear
+// shapes run on all of them at once: one reference output and one bound per shape.
 TEST(Threaded, EveryAvailableIsaMatchesReference) {
+  std::vector<std::shared_ptr<Backend>> owned;
+  std::vector<Checked> isas;
   for (const std::string isa : {"avx512", "avx2", "scalar"}) {
     IsaScope scope(isa);
     std::shared_ptr<Backend> b;
@@ -336,12 +363,16 @@ TEST(Threaded, EveryAvailableIsaMatchesReference) {
       EXPECT_NE(isa, "scalar") << "the scalar path must always be available";
       continue;
     }
-    SCOPED_TRACE("ISA " + isa);
     EXPECT_NE(b->info().description.find(isa), std::string::npos) << b->info().description;
-    check_tile_edges(*b);
-    check_gemv_streams(*b);
-    check_long_attention(*b);
-    check_elementwise(*b);
+    owned.push_back(b);
+    isas.push_back({"ISA " + isa, b.get()});
+  }
+  check_tile_edges(isas);
+  check_gemv_streams(isas);
+  for (const auto& c : isas) {
+    SCOPED_TRACE(c.name);
+    check_long_attention(*c.b);
+    check_elementwise(*c.b);
   }
 }
 

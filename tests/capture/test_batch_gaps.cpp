@@ -36,7 +36,7 @@ std::filesystem::path make_model(const std::filesystem::path& dir, const std::st
   return model;
 }
 
-void write_lines(const std::filesystem::path& f, const std::vector<json>& lines) {
+void gaps_write_lines(const std::filesystem::path& f, const std::vector<json>& lines) {
   std::ofstream out(f);
   for (const auto& l : lines) out << l.dump() << "\n";
 }
@@ -46,14 +46,14 @@ std::string read_file(const std::filesystem::path& f) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::vector<json> read_results(const std::filesystem::path& f) {
+std::vector<json> gaps_read_results(const std::filesystem::path& f) {
   std::vector<json> out;
   std::ifstream in(f);
   for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
   return out;
 }
 
-Ids ints(const std::filesystem::path& f, const std::string& d) {
+Ids gaps_ints(const std::filesystem::path& f, const std::string& d) {
   const Array a = read_dataset(f, d);
   return {a.values.begin(), a.values.end()};
 }
@@ -70,7 +70,7 @@ std::int64_t single_id(const std::filesystem::path& model, const std::string& to
   return ids.empty() ? -1 : ids[0];
 }
 
-std::vector<json> generate_json(std::vector<std::string> args) {
+std::vector<json> gaps_generate_json(std::vector<std::string> args) {
   args.insert(args.begin(), "generate");
   args.push_back("--json");
   const auto r = run_sonde(args);
@@ -84,14 +84,14 @@ std::vector<json> generate_json(std::vector<std::string> args) {
 
 // A slice [from, to) of a bytes + offsets string column of /prompts.
 std::string prompt_string(const std::filesystem::path& f, const std::string& col, std::size_t p) {
-  const Ids bytes = ints(f, "/prompts/" + col + "_bytes"), off = ints(f, "/prompts/" + col + "_offsets");
+  const Ids bytes = gaps_ints(f, "/prompts/" + col + "_bytes"), off = gaps_ints(f, "/prompts/" + col + "_offsets");
   std::string s;
   for (auto i = off.at(p); i < off.at(p + 1); ++i) s += static_cast<char>(bytes[static_cast<std::size_t>(i)]);
   return s;
 }
 
 Ids prompt_tokens(const std::filesystem::path& f, std::size_t p) {
-  const Ids ids = ints(f, "/prompts/token_ids"), off = ints(f, "/prompts/token_offsets");
+  const Ids ids = gaps_ints(f, "/prompts/token_ids"), off = gaps_ints(f, "/prompts/token_offsets");
   return Ids(ids.begin() + off.at(p), ids.begin() + off.at(p + 1));
 }
 
@@ -150,17 +150,17 @@ TEST(BatchText, PromptAndMessagesRecordTheIdsOfSondeTokenize) {
   // Qwen2.5-Instruct's default system text (fixture README); make-model ships that template.
   const std::string instruct_system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
   const std::vector<std::string> texts{prompt, chatml(chat1, instruct_system), chatml(chat2, instruct_system)};
-  write_lines(dir / "in.jsonl", {{{"id", "p"}, {"prompt", prompt}},
+  gaps_write_lines(dir / "in.jsonl", {{{"id", "p"}, {"prompt", prompt}},
                                  {{"id", "m1"}, {"messages", messages(chat1)}},
                                  {{"id", "m2"}, {"messages", messages(chat2)}}});
   const auto r = run_sonde(batch(model, dir / "in.jsonl", dir / "out.jsonl",
                                  {"--max-new-tokens", "3", "--temperature", "0", "--hooks", "hook_embed", "--acts",
                                   (dir / "a.h5").string()}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto res = read_results(dir / "out.jsonl");
+  const auto res = gaps_read_results(dir / "out.jsonl");
   ASSERT_EQ(res.size(), 3u);
   const auto h5 = dir / "a.h5";
-  const Ids idx = ints(h5, "/prompts/prompt_idx");
+  const Ids idx = gaps_ints(h5, "/prompts/prompt_idx");
   ASSERT_EQ(idx, (Ids{0, 1, 2}));
   for (std::size_t p = 0; p < 3; ++p) {
     SCOPED_TRACE(res[p]["id"].get<std::string>());
@@ -197,11 +197,11 @@ TEST(BatchOptions, PerLineMaxNewTokensTemperatureAndSeedTakeEffect) {
       {{"id", "c"}, {"prompt", text}, {"max_new_tokens", 9}, {"temperature", 3.0}, {"top_k", 50}, {"seed", 12}},
       {{"id", "d"}, {"prompt", text}, {"max_new_tokens", 2}},    // command-line defaults: greedy, 7 tokens
       {{"id", "e"}, {"prompt", text}, {"temperature", 3.0}}};  // no seed: --seed 100 + index 4
-  write_lines(dir / "in.jsonl", lines);
+  gaps_write_lines(dir / "in.jsonl", lines);
   const auto r = run_sonde(batch(model, dir / "in.jsonl", dir / "out.jsonl",
                                  {"--max-new-tokens", "7", "--temperature", "0", "--seed", "100", "--batch-size", "3"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto res = read_results(dir / "out.jsonl");
+  const auto res = gaps_read_results(dir / "out.jsonl");
   ASSERT_EQ(res.size(), lines.size());
   struct Expect {
     std::int64_t max_new;
@@ -228,7 +228,7 @@ TEST(BatchOptions, PerLineMaxNewTokensTemperatureAndSeedTakeEffect) {
     std::vector<std::string> g{"--model", model.string(), "--backend", "reference", "--prompt", text,
                                "--max-new-tokens", std::to_string(expect[i].max_new)};
     g.insert(g.end(), expect[i].gen.begin(), expect[i].gen.end());
-    const auto ref = generate_json(g);
+    const auto ref = gaps_generate_json(g);
     ASSERT_EQ(ref.size(), 1u);
     EXPECT_EQ(got, ref[0]["completion_ids"].get<Ids>()) << "vs sonde generate " << json(expect[i].gen).dump();
     EXPECT_EQ(res[i]["completion"], ref[0]["completion"]);
@@ -260,7 +260,7 @@ std::vector<std::int64_t> schedule(std::int64_t n, int steps, float eps) {
   return k;
 }
 
-struct DreamRun {
+struct GapsDreamRun {
   std::filesystem::path h5;
   std::vector<json> results;
 };
@@ -282,7 +282,7 @@ TEST(BatchDiffusion, StepsFollowTheScheduleAndEveryCaptureModeIsConsistent) {
   // Dream's template: the default system text of Dream-v0 (fixture README).
   const Ids p2 = tokenize(model, chatml(chat, "You are a helpful assistant."));
   const std::vector<Ids> prompts{p0, p1, p2};
-  write_lines(dir / "in.jsonl", {{{"id", "ids"}, {"ids", p0}},
+  gaps_write_lines(dir / "in.jsonl", {{{"id", "ids"}, {"ids", p0}},
                                  {{"id", "text"}, {"prompt", "Hello world"}},
                                  {{"id", "chat"}, {"messages", messages(chat)}}});
   constexpr int kNew = 8, kSteps = 8;
@@ -290,22 +290,22 @@ TEST(BatchDiffusion, StepsFollowTheScheduleAndEveryCaptureModeIsConsistent) {
   ASSERT_EQ(k, (std::vector<std::int64_t>{0, 1, 1, 1, 1, 1, 1, 2}));  // the brief's example
   const auto t = timesteps(kSteps, 1e-3f);
 
-  std::map<std::string, DreamRun> runs;
+  std::map<std::string, GapsDreamRun> runs;
   for (const std::string mode : {"commit", "final", "all", "every:2"}) {
-    DreamRun run{dir / ("d-" + mode.substr(0, mode.find(':')) + ".h5"), {}};
+    GapsDreamRun run{dir / ("d-" + mode.substr(0, mode.find(':')) + ".h5"), {}};
     const auto out = dir / ("r-" + mode.substr(0, mode.find(':')) + ".jsonl");
     const auto r = run_sonde(batch(model, dir / "in.jsonl", out,
                                    {"--max-new-tokens", std::to_string(kNew), "--steps", std::to_string(kSteps),
                                     "--temperature", "0", "--batch-size", "2", "--hooks", "hook_embed,blocks.0.hook_resid_post",
                                     "--acts", run.h5.string(), "--diffusion-capture", mode}));
     ASSERT_EQ(r.exit_code, 0) << mode << "\n" << r.output;
-    run.results = read_results(out);
+    run.results = gaps_read_results(out);
     ASSERT_EQ(run.results.size(), 3u);
     runs[mode] = run;
   }
   // Results: independent of the capture mode and equal to sonde generate (entropy, greedy).
   for (std::size_t p = 0; p < 3; ++p) {
-    const auto ref = generate_json({"--model", model.string(), "--backend", "reference", "--ids", join_ids(prompts[p]),
+    const auto ref = gaps_generate_json({"--model", model.string(), "--backend", "reference", "--ids", join_ids(prompts[p]),
                                     "--max-new-tokens", std::to_string(kNew), "--steps", std::to_string(kSteps),
                                     "--temperature", "0"});
     ASSERT_EQ(ref.size(), 1u);
@@ -321,9 +321,9 @@ TEST(BatchDiffusion, StepsFollowTheScheduleAndEveryCaptureModeIsConsistent) {
     SCOPED_TRACE("--diffusion-capture " + mode);
     const auto& h5 = run.h5;
     // /steps: one entry per prompt and step, in order.
-    const Ids sp = ints(h5, "/steps/prompt_idx"), ss = ints(h5, "/steps/step"), nt = ints(h5, "/steps/n_transfer");
+    const Ids sp = gaps_ints(h5, "/steps/prompt_idx"), ss = gaps_ints(h5, "/steps/step"), nt = gaps_ints(h5, "/steps/n_transfer");
     const Array st = read_dataset(h5, "/steps/t");
-    const Ids canvas = ints(h5, "/steps/canvas"), coff = ints(h5, "/steps/canvas_offsets");
+    const Ids canvas = gaps_ints(h5, "/steps/canvas"), coff = gaps_ints(h5, "/steps/canvas_offsets");
     ASSERT_EQ(sp.size(), 3u * kSteps);
     ASSERT_EQ(coff.size(), sp.size() + 1);
     // canvases[p][s]: prompt p's canvas after step s; canvases[p][-1] is the initial one.
@@ -359,9 +359,9 @@ TEST(BatchDiffusion, StepsFollowTheScheduleAndEveryCaptureModeIsConsistent) {
     }
 
     // Rows, per prompt through /prompts row_start/row_count.
-    const Ids rp = ints(h5, "/rows/prompt_idx"), rpos = ints(h5, "/rows/pos"), rtok = ints(h5, "/rows/token_id"),
-              rstep = ints(h5, "/rows/step"), rkind = ints(h5, "/rows/kind");
-    const Ids start = ints(h5, "/prompts/row_start"), count = ints(h5, "/prompts/row_count");
+    const Ids rp = gaps_ints(h5, "/rows/prompt_idx"), rpos = gaps_ints(h5, "/rows/pos"), rtok = gaps_ints(h5, "/rows/token_id"),
+              rstep = gaps_ints(h5, "/rows/step"), rkind = gaps_ints(h5, "/rows/kind");
+    const Ids start = gaps_ints(h5, "/prompts/row_start"), count = gaps_ints(h5, "/prompts/row_count");
     ASSERT_EQ(start.size(), 3u);
     EXPECT_EQ(read_dataset(h5, "/acts/hook_embed").shape.at(0), static_cast<std::int64_t>(rp.size()));
     std::int64_t next = 0;
@@ -462,7 +462,7 @@ void expect_same_files(const std::filesystem::path& dir, const std::string& a, c
 TEST(BatchDurable, DurableRunWritesTheSameFiles) {
   const auto dir = temp_dir();
   const auto model = make_model(dir, "qwen2");
-  write_lines(dir / "in.jsonl", ids_requests(20, 6));
+  gaps_write_lines(dir / "in.jsonl", ids_requests(20, 6));
   for (const std::string tag : {"plain", "durable"}) {
     std::vector<std::string> extra{"--max-new-tokens", "4", "--temperature", "0.7", "--seed", "9", "--batch-size", "3",
                                    "--checkpoint-every", "4", "--hooks", "hook_embed,blocks.1.hook_resid_post",
@@ -471,7 +471,7 @@ TEST(BatchDurable, DurableRunWritesTheSameFiles) {
     const auto r = run_sonde(batch(model, dir / "in.jsonl", dir / (tag + ".jsonl"), extra));
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
-  EXPECT_EQ(read_results(dir / "durable.jsonl").size(), 20u);
+  EXPECT_EQ(gaps_read_results(dir / "durable.jsonl").size(), 20u);
   EXPECT_EQ(read_int_attr(dir / "durable.h5", "complete"), 1);
   expect_same_files(dir, "plain", "durable");
 }
@@ -482,7 +482,7 @@ TEST(BatchDurable, DurableRunWritesTheSameFiles) {
 TEST(BatchOutputs, AnUnwritableLocationIsRefusedWithOneLineAndLeavesNothing) {
   const auto dir = temp_dir();
   const auto model = make_model(dir, "qwen2");
-  write_lines(dir / "in.jsonl", ids_requests(2, 4));
+  gaps_write_lines(dir / "in.jsonl", ids_requests(2, 4));
   { std::ofstream(dir / "plain") << "a regular file\n"; }  // tests run as root: a file as the parent
   const auto before = [&] {
     std::set<std::string> names;
@@ -518,7 +518,7 @@ TEST(BatchOutputs, AnUnwritableLocationIsRefusedWithOneLineAndLeavesNothing) {
 TEST(BatchOutputs, AFullDiskFailsClearlyAndResumeAfterFreeingSpaceCompletesTheRun) {
   const auto dir = temp_dir();
   const auto model = make_model(dir, "qwen2");
-  write_lines(dir / "in.jsonl", ids_requests(120, 56));
+  gaps_write_lines(dir / "in.jsonl", ids_requests(120, 56));
   auto args = [&](const std::filesystem::path& where, const std::string& tag) {
     return batch(model, dir / "in.jsonl", where / (tag + ".jsonl"),
                  {"--max-new-tokens", "8", "--temperature", "0", "--batch-size", "4", "--checkpoint-every", "8",
@@ -556,8 +556,8 @@ TEST(BatchOutputs, AFullDiskFailsClearlyAndResumeAfterFreeingSpaceCompletesTheRu
   const std::int64_t committed = mark_prompts(mnt / "run.h5");
   ASSERT_GT(committed, 0) << "no checkpoint survived\n" << r.output;
   ASSERT_LT(committed, 120);
-  const auto ref = read_results(dir / "ref.jsonl");
-  const auto part = read_results(mnt / "run.jsonl");
+  const auto ref = gaps_read_results(dir / "ref.jsonl");
+  const auto part = gaps_read_results(mnt / "run.jsonl");
   ASSERT_GE(part.size(), static_cast<std::size_t>(committed));
   for (std::int64_t i = 0; i < committed; ++i) EXPECT_EQ(part[static_cast<std::size_t>(i)], ref[static_cast<std::size_t>(i)]);
 
@@ -581,7 +581,7 @@ TEST(BatchProgress, PlainProgressLinesAndASummaryWithTheRightNumbers) {
   const auto model = make_model(dir, "qwen2");
   auto lines = ids_requests(9, 5);
   lines.push_back({{"id", "t"}, {"prompt", "Hello there, world"}, {"max_new_tokens", 3}});
-  write_lines(dir / "in.jsonl", lines);
+  gaps_write_lines(dir / "in.jsonl", lines);
   const auto h5 = dir / "a.h5";
   // stderr is a pipe here (run_sonde), not a terminal.
   const auto r = run_sonde(batch(model, dir / "in.jsonl", dir / "out.jsonl",
@@ -595,14 +595,14 @@ TEST(BatchProgress, PlainProgressLinesAndASummaryWithTheRightNumbers) {
   EXPECT_NE(r.output.find("ETA"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("prompts/s"), std::string::npos) << r.output;
 
-  const auto res = read_results(dir / "out.jsonl");
+  const auto res = gaps_read_results(dir / "out.jsonl");
   ASSERT_EQ(res.size(), 10u);
   std::int64_t prompt_tokens = 0, completion_tokens = 0;
   for (const auto& l : res) {
     prompt_tokens += l["prompt_tokens"].get<std::int64_t>();
     completion_tokens += static_cast<std::int64_t>(l["completion_ids"].size());
   }
-  const auto rows = static_cast<std::int64_t>(ints(h5, "/rows/pos").size());
+  const auto rows = static_cast<std::int64_t>(gaps_ints(h5, "/rows/pos").size());
   EXPECT_EQ(rows, prompt_tokens + completion_tokens);  // --positions all: every token's row
   const std::regex summary(R"(done: (\d+) prompts \((\d+) before this run\), (\d+) prompt \+ (\d+) completion tokens, (\d+) rows, (\S+) ([0-9.]+) MB, (\d+)m(\d\d)s)");
   std::smatch m;

@@ -21,7 +21,7 @@
 namespace sonde::test {
 namespace {
 
-std::vector<std::string> batch_args(const std::string& model, const std::filesystem::path& dir, const std::string& name) {
+std::vector<std::string> interrupt_batch_args(const std::string& model, const std::filesystem::path& dir, const std::string& name) {
   return {"batch", "--model", model, "--input", (dir / "in.jsonl").string(), "--output",
           (dir / (name + ".jsonl")).string(), "--acts", (dir / (name + ".h5")).string(), "--hooks",
           "blocks.0.hook_resid_post,blocks.1.mlp.hook_post", "--max-new-tokens", "3", "--temperature", "0",
@@ -37,7 +37,7 @@ std::string prepare(const std::filesystem::path& dir) {
     std::ofstream in(dir / "in.jsonl");
     for (int i = 0; i < 4000; ++i) in << "{\"id\": " << i << ", \"ids\": [" << (i % 250) + 1 << ", " << i / 250 + 1 << ", 7]}\n";
   }
-  r = run_sonde(batch_args(model.string(), dir, "full"));
+  r = run_sonde(interrupt_batch_args(model.string(), dir, "full"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return model.string();
 }
@@ -57,7 +57,7 @@ void interrupt_and_resume(int sig) {
   const auto dir = temp_dir() / ("signal-" + std::to_string(sig));
   std::filesystem::create_directories(dir);
   const auto model = prepare(dir);
-  const auto args = batch_args(model, dir, "part");
+  const auto args = interrupt_batch_args(model, dir, "part");
   std::optional<int> ended;
   const Child c = start_part(args, dir, ended);
   if (!ended) send_signal(c, sig);
@@ -94,7 +94,7 @@ TEST(BatchInterrupt, SigtermAndSighupStopAsCtrlCDoes) {
 TEST(BatchInterrupt, AFileSizeLimitIsAnErrorThatSaysHowToContinue) {
   const auto dir = temp_dir();
   const auto model = prepare(dir);
-  const auto args = batch_args(model, dir, "part");
+  const auto args = interrupt_batch_args(model, dir, "part");
   // bash's ulimit -f counts 1024-byte blocks: 512 KiB, far less than the run writes.
   std::string cmd = "ulimit -f 512; exec '" + sonde_exe().string() + "'";
   for (const auto& a : args) cmd += " '" + a + "'";
@@ -115,7 +115,7 @@ TEST(BatchInterrupt, AFileSizeLimitIsAnErrorThatSaysHowToContinue) {
 TEST(BatchInterrupt, AResumeWithChangedOptionsNamesTheOptions) {
   const auto dir = temp_dir();
   const auto model = prepare(dir);
-  const auto args = batch_args(model, dir, "part");
+  const auto args = interrupt_batch_args(model, dir, "part");
   std::optional<int> ended;
   const Child c = start_part(args, dir, ended);
   if (!ended) send_signal(c, SIGINT);
@@ -141,7 +141,7 @@ TEST(BatchInterrupt, AResumeWithChangedOptionsNamesTheOptions) {
 TEST(BatchInterrupt, ASecondRunOnTheSameOutputsIsRefusedWhileTheFirstWrites) {
   const auto dir = temp_dir();
   const auto model = prepare(dir);
-  const auto args = batch_args(model, dir, "part");
+  const auto args = interrupt_batch_args(model, dir, "part");
   std::optional<int> ended;
   const Child c = start_part(args, dir, ended);
   if (ended) GTEST_SKIP() << "the first run finished before the second started";

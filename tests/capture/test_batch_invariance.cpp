@@ -28,17 +28,17 @@ struct Prompt {
   std::vector<int> ids;
 };
 
-struct Rows {
+struct InvarianceRows {
   std::int64_t start = 0, count = 0;
 };
 
 // id -> the prompt's rows in /rows/* and /acts/*.
-std::map<std::string, Rows> rows_by_id(const std::filesystem::path& acts) {
+std::map<std::string, InvarianceRows> rows_by_id(const std::filesystem::path& acts) {
   const auto bytes = as_ints(read_dataset(acts, "/prompts/id_bytes"));
   const auto offsets = as_ints(read_dataset(acts, "/prompts/id_offsets"));
   const auto start = as_ints(read_dataset(acts, "/prompts/row_start"));
   const auto count = as_ints(read_dataset(acts, "/prompts/row_count"));
-  std::map<std::string, Rows> out;
+  std::map<std::string, InvarianceRows> out;
   for (std::size_t p = 0; p < start.size(); ++p) {
     std::string id;
     for (auto i = offsets[p]; i < offsets[p + 1]; ++i) id.push_back(static_cast<char>(bytes[static_cast<std::size_t>(i)]));
@@ -47,7 +47,7 @@ std::map<std::string, Rows> rows_by_id(const std::filesystem::path& acts) {
   return out;
 }
 
-std::vector<double> rows_of(const Array& a, const Rows& r) {
+std::vector<double> invariance_rows_of(const Array& a, const InvarianceRows& r) {
   std::int64_t width = 1;
   for (std::size_t i = 1; i < a.shape.size(); ++i) width *= a.shape[i];
   return {a.values.begin() + r.start * width, a.values.begin() + (r.start + r.count) * width};
@@ -94,7 +94,7 @@ TEST(BatchInvariance, APromptsNumbersDoNotDependOnItsMicroBatchOrThreads) {
   const Config configs[] = {{1, 1, 0}, {1, 2, 0}, {3, 2, 1}, {3, 1, 2}, {8, 1, 3}, {8, 2, 4}, {1, 1, 0, "q8"}, {8, 2, 3, "q8"},
                             {3, 2, 1, "q8", "gemm"}};
   const std::size_t first_q8 = 6;
-  std::vector<std::map<std::string, Rows>> rows;
+  std::vector<std::map<std::string, InvarianceRows>> rows;
   std::vector<std::filesystem::path> files;
   std::vector<std::map<std::string, nlohmann::json>> completions;
   for (const Config& c : configs) {
@@ -133,7 +133,7 @@ TEST(BatchInvariance, APromptsNumbersDoNotDependOnItsMicroBatchOrThreads) {
       const Array& base = bases[c < first_q8 ? 0 : 1];
       const Array other = read_dataset(files[c], "/acts/" + hook);
       for (const auto& p : prompts) {
-        const auto a = rows_of(base, rows[base_of(c)].at(p.id)), b = rows_of(other, rows[c].at(p.id));
+        const auto a = invariance_rows_of(base, rows[base_of(c)].at(p.id)), b = invariance_rows_of(other, rows[c].at(p.id));
         ASSERT_EQ(a.size(), b.size()) << hook << " " << p.id;
         ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)), 0)
             << hook << ", prompt " << p.id << " (" << p.ids.size() << " tokens): batch " << configs[c].batch << ", "

@@ -22,7 +22,7 @@ namespace {
 
 constexpr int kPrompts = 240;
 
-std::vector<std::string> args_for(const std::filesystem::path& dir, const std::string& tag, const std::string& mode) {
+std::vector<std::string> cached_args_for(const std::filesystem::path& dir, const std::string& tag, const std::string& mode) {
   std::vector<std::string> args{
       "batch", "--model", made_model("dream", "tiny", 31).string(), "--input", (dir / "in.jsonl").string(),
       "--output", (dir / (tag + ".jsonl")).string(), "--acts", (dir / (tag + ".h5")).string(), "--hooks",
@@ -32,12 +32,12 @@ std::vector<std::string> args_for(const std::filesystem::path& dir, const std::s
   return args;
 }
 
-const std::vector<std::string> kDatasets{"/acts/blocks.0.hook_resid_post", "/acts/blocks.1.hook_resid_post",
+const std::vector<std::string> kCachedDatasets{"/acts/blocks.0.hook_resid_post", "/acts/blocks.1.hook_resid_post",
                                          "/rows/prompt_idx", "/rows/pos", "/rows/token_id", "/rows/step", "/rows/kind",
                                          "/rows/fresh", "/rows/computed_step",
                                          "/steps/block", "/steps/n_recomputed", "/steps/n_transfer", "/prompts/token_ids"};
 
-std::int64_t lines_in(const std::filesystem::path& file) {
+std::int64_t cached_lines_in(const std::filesystem::path& file) {
   const std::string text = read_text(file);
   return static_cast<std::int64_t>(std::count(text.begin(), text.end(), '\n'));
 }
@@ -52,13 +52,13 @@ TEST_P(CachedBatchKill, SigkillThenResumeEqualsAnUninterruptedRun) {
       in << nlohmann::json{{"id", "q" + std::to_string(i)}, {"ids", std::vector<int>(static_cast<std::size_t>(2 + i % 3), 5 + i % 900)}}.dump()
          << "\n";
   }
-  const Child ref = spawn_sonde(args_for(dir, "ref", GetParam()), dir / "ref.log");
+  const Child ref = spawn_sonde(cached_args_for(dir, "ref", GetParam()), dir / "ref.log");
   ASSERT_EQ(wait_child(ref), 0) << read_text(dir / "ref.log");
 
   int kills = 0;
   bool finished = false;
   for (int attempt = 0; attempt < 3 && !finished; ++attempt) {
-    auto args = args_for(dir, "run", GetParam());
+    auto args = cached_args_for(dir, "run", GetParam());
     if (attempt > 0) args.push_back("--resume");
     const Child c = spawn_sonde(args, dir / "run.log");
     const std::int64_t target = (attempt + 1) * kPrompts / 4;  // kill a quarter further each time
@@ -69,7 +69,7 @@ TEST_P(CachedBatchKill, SigkillThenResumeEqualsAnUninterruptedRun) {
         finished = true;
         break;
       }
-      if (std::filesystem::exists(dir / "run.jsonl") && lines_in(dir / "run.jsonl") >= target) {
+      if (std::filesystem::exists(dir / "run.jsonl") && cached_lines_in(dir / "run.jsonl") >= target) {
         send_signal(c, SIGKILL);
         code = wait_child(c);
         break;
@@ -84,15 +84,15 @@ TEST_P(CachedBatchKill, SigkillThenResumeEqualsAnUninterruptedRun) {
     ++kills;
   }
   if (!finished) {
-    auto args = args_for(dir, "run", GetParam());
+    auto args = cached_args_for(dir, "run", GetParam());
     args.push_back("--resume");
     const Child last = spawn_sonde(args, dir / "run.log");
     ASSERT_EQ(wait_child(last), 0) << read_text(dir / "run.log");
   }
   EXPECT_GE(kills, 2);
   EXPECT_EQ(read_text(dir / "run.jsonl"), read_text(dir / "ref.jsonl"));
-  EXPECT_EQ(lines_in(dir / "run.jsonl"), kPrompts);
-  for (const auto& d : kDatasets) {
+  EXPECT_EQ(cached_lines_in(dir / "run.jsonl"), kPrompts);
+  for (const auto& d : kCachedDatasets) {
     const Array got = read_dataset(dir / "run.h5", d), want = read_dataset(dir / "ref.h5", d);
     EXPECT_EQ(got.shape, want.shape) << d;
     EXPECT_TRUE(got.values == want.values) << d << " differs from the uninterrupted run";

@@ -21,7 +21,7 @@ const char* kDream = "tiny-dream-float32-v2048";
 constexpr double kTol = 1e-4;
 constexpr std::int64_t H = 64, L = 2;
 
-std::filesystem::path golden(const char* m) { return shared_dir() / "golden" / (std::string(m) + ".h5"); }
+std::filesystem::path shared_golden(const char* m) { return shared_dir() / "golden" / (std::string(m) + ".h5"); }
 std::string model_dir(const char* m) { return (shared_dir() / "golden/models" / m).string(); }
 
 std::vector<std::int32_t> ids_of(const Array& a) { return {a.values.begin(), a.values.end()}; }
@@ -46,10 +46,10 @@ const std::vector<std::string> kGoldenHooks{"hook_embed", "blocks.0.hook_resid_p
 // Golden [T, H] of a hook for a forward/<prompt> group.
 Array golden_hook(const char* m, const std::string& prompt, const std::string& hook) {
   const std::string g = "forward/" + prompt + "/";
-  if (hook == "hook_embed") return read_dataset(golden(m), g + "hidden_states").at(0);
-  if (hook == "ln_final.hook_out") return read_dataset(golden(m), g + "hidden_states").at(L);
+  if (hook == "hook_embed") return read_dataset(shared_golden(m), g + "hidden_states").at(0);
+  if (hook == "ln_final.hook_out") return read_dataset(shared_golden(m), g + "hidden_states").at(L);
   const auto layer = std::stoll(hook.substr(7, 1));
-  return read_dataset(golden(m), g + "resid_post").at(layer);
+  return read_dataset(shared_golden(m), g + "resid_post").at(layer);
 }
 
 // Rows [first, first + n) of a captured hook as an Array [n, H].
@@ -84,12 +84,12 @@ Array row_at(const Array& a, std::int64_t i) {
   return r;
 }
 
-const std::vector<std::string> kPrompts{"prompt5", "prompt19"};
+const std::vector<std::string> kGoldenPrompts{"prompt5", "prompt19"};
 
 TEST(CaptureGoldenShared, QwenPromptRowsEqualGoldenLayersInAMixedLengthBatch) {
   auto s = open_model(kQwen);
   std::vector<std::vector<std::int32_t>> prompts;
-  for (const auto& p : kPrompts) prompts.push_back(ids_of(read_dataset(golden(kQwen), "forward/" + p + "/input_ids")));
+  for (const auto& p : kGoldenPrompts) prompts.push_back(ids_of(read_dataset(shared_golden(kQwen), "forward/" + p + "/input_ids")));
   for (auto policy : {PositionPolicy::All, PositionPolicy::Prompt, PositionPolicy::Last}) {
     SCOPED_TRACE(position_policy_name(policy));
     SessionDecodeForward fwd(*s);
@@ -112,9 +112,9 @@ TEST(CaptureGoldenShared, QwenPromptRowsEqualGoldenLayersInAMixedLengthBatch) {
       const std::int64_t gen = policy == PositionPolicy::All ? 4 : 0;
       ASSERT_EQ(static_cast<std::int64_t>(c.rows.size()), n + gen);
       for (const auto& h : kGoldenHooks) {
-        Array want = golden_hook(kQwen, kPrompts[r], h);
+        Array want = golden_hook(kQwen, kGoldenPrompts[r], h);
         if (policy == PositionPolicy::Last) want = row_at(want, T - 1);
-        EXPECT_LE(normalised_error(rows_of(c, h, 0, n), want), kTol) << kPrompts[r] << " " << h;
+        EXPECT_LE(normalised_error(rows_of(c, h, 0, n), want), kTol) << kGoldenPrompts[r] << " " << h;
       }
     }
   }
@@ -123,7 +123,7 @@ TEST(CaptureGoldenShared, QwenPromptRowsEqualGoldenLayersInAMixedLengthBatch) {
 TEST(CaptureGoldenShared, QwenGeneratedRowsEqualAForwardOverPromptAndCompletion) {
   auto s = open_model(kQwen);
   std::vector<std::vector<std::int32_t>> prompts;
-  for (const auto& p : kPrompts) prompts.push_back(ids_of(read_dataset(golden(kQwen), "ar_greedy/" + p + "/prompt")));
+  for (const auto& p : kGoldenPrompts) prompts.push_back(ids_of(read_dataset(shared_golden(kQwen), "ar_greedy/" + p + "/prompt")));
   for (bool cache : {true, false}) {
     SCOPED_TRACE(cache ? "kv cache" : "recompute");
     SessionDecodeForward fwd(*s, cache);
@@ -133,7 +133,7 @@ TEST(CaptureGoldenShared, QwenGeneratedRowsEqualAForwardOverPromptAndCompletion)
     const auto res = generate_autoregressive_captured(fwd, prompts, o, spec_for(*s, PositionPolicy::Generated, kGoldenHooks),
                                                       {0, 1});
     for (std::size_t r = 0; r < prompts.size(); ++r) {
-      const auto tokens = ids_of(read_dataset(golden(kQwen), "ar_greedy/" + kPrompts[r] + "/tokens"));
+      const auto tokens = ids_of(read_dataset(shared_golden(kQwen), "ar_greedy/" + kGoldenPrompts[r] + "/tokens"));
       ASSERT_EQ(res.completions[r].tokens, tokens);  // the golden greedy decision
       const auto& c = res.captured[r];
       ASSERT_EQ(c.rows.size(), 16u);  // every generated token, the last one included
@@ -162,8 +162,8 @@ struct DreamRun {
 
 DreamRun run_dream(Session& s, const CaptureSpec& spec) {
   DreamRun d;
-  for (const auto& p : kPrompts)
-    d.prompts.push_back(ids_of(read_dataset(golden(kDream), "diffusion/" + p + "/entropy_steps16/prompt")));
+  for (const auto& p : kGoldenPrompts)
+    d.prompts.push_back(ids_of(read_dataset(shared_golden(kDream), "diffusion/" + p + "/entropy_steps16/prompt")));
   DiffusionOptions o;
   o.max_new_tokens = 16;
   o.steps = 16;
@@ -175,11 +175,11 @@ DreamRun run_dream(Session& s, const CaptureSpec& spec) {
   return d;
 }
 
-std::string dream_group(std::size_t r) { return "diffusion/" + kPrompts[r] + "/entropy_steps16/"; }
+std::string dream_group(std::size_t r) { return "diffusion/" + kGoldenPrompts[r] + "/entropy_steps16/"; }
 
 // The canvas before step i: the prompt and 16 masks, or history[i - 1].
 std::vector<std::int32_t> canvas_before(std::size_t r, std::int64_t i, const std::vector<std::int32_t>& prompt) {
-  if (i > 0) return ids_of(read_dataset(golden(kDream), dream_group(r) + "history").at(i - 1));
+  if (i > 0) return ids_of(read_dataset(shared_golden(kDream), dream_group(r) + "history").at(i - 1));
   auto c = prompt;
   c.insert(c.end(), 16, 2047);
   return c;
@@ -191,13 +191,13 @@ TEST(CaptureGoldenShared, DreamCommitRowsComeOncePerSlotFromTheForwardOfTheirSte
   spec.record_steps = true;
   const auto d = run_dream(*s, spec);
   for (std::size_t r = 0; r < 2; ++r) {
-    SCOPED_TRACE(kPrompts[r]);
+    SCOPED_TRACE(kGoldenPrompts[r]);
     const auto& c = d.res.captured[r];
     const auto T = static_cast<std::int64_t>(d.prompts[r].size());
     ASSERT_EQ(c.rows.size(), 16u);
     std::set<std::int32_t> seen;
-    const auto k = read_dataset(golden(kDream), dream_group(r) + "k");
-    const auto history = read_dataset(golden(kDream), dream_group(r) + "history");
+    const auto k = read_dataset(shared_golden(kDream), dream_group(r) + "k");
+    const auto history = read_dataset(shared_golden(kDream), dream_group(r) + "history");
     for (std::size_t i = 0; i < c.rows.size(); ++i) {
       const auto& row = c.rows[i];
       EXPECT_TRUE(seen.insert(row.pos).second) << "slot " << row.pos << " captured twice";
@@ -214,7 +214,7 @@ TEST(CaptureGoldenShared, DreamCommitRowsComeOncePerSlotFromTheForwardOfTheirSte
     }
     // /steps: one entry per step, canvas and counts as in the golden history.
     ASSERT_EQ(c.steps.size(), 16u);
-    const auto t = read_dataset(golden(kDream), dream_group(r) + "t");
+    const auto t = read_dataset(shared_golden(kDream), dream_group(r) + "t");
     for (std::int64_t i = 0; i < 16; ++i) {
       const auto& st = c.steps[static_cast<std::size_t>(i)];
       EXPECT_EQ(st.prompt_idx, static_cast<std::int64_t>(r));
@@ -234,7 +234,7 @@ TEST(CaptureGoldenShared, DreamFinalRowsEqualAForwardOfTheFinalCanvas) {
     spec.steps = parse_step_policy("final");
     const auto d = run_dream(*s, spec);
     for (std::size_t r = 0; r < 2; ++r) {
-      const auto seq = ids_of(read_dataset(golden(kDream), dream_group(r) + "sequence"));
+      const auto seq = ids_of(read_dataset(shared_golden(kDream), dream_group(r) + "sequence"));
       const auto ref = plain_forward(*s, seq, kGoldenHooks);
       const auto T = static_cast<std::int64_t>(d.prompts[r].size()), N = T + 16;
       const std::int64_t first = policy == PositionPolicy::All ? 0 : policy == PositionPolicy::Generated ? T : N - 1;
@@ -287,13 +287,13 @@ TEST(CaptureGoldenShared, DreamAllAndEveryKCaptureWholeCanvasesAtTheirSteps) {
 
 TEST(CaptureGoldenShared, NoHooksMeansNoRowsAndTheSameTokens) {
   auto s = open_model(kQwen);
-  const auto prompt = ids_of(read_dataset(golden(kQwen), "ar_greedy/prompt5/prompt"));
+  const auto prompt = ids_of(read_dataset(shared_golden(kQwen), "ar_greedy/prompt5/prompt"));
   SessionDecodeForward fwd(*s);
   ArOptions o;
   o.max_new_tokens = 16;
   const auto res = generate_autoregressive_captured(fwd, {prompt}, o, CaptureSpec{}, {0});
   EXPECT_TRUE(res.captured.empty());
-  EXPECT_EQ(res.completions[0].tokens, ids_of(read_dataset(golden(kQwen), "ar_greedy/prompt5/tokens")));
+  EXPECT_EQ(res.completions[0].tokens, ids_of(read_dataset(shared_golden(kQwen), "ar_greedy/prompt5/tokens")));
 }
 
 }  // namespace

@@ -17,15 +17,15 @@
 namespace sonde::test {
 namespace {
 
-constexpr double kTol = 1e-4;
+constexpr double kOwnTol = 1e-4;
 
-std::vector<std::int32_t> ids_of(const Array& a) { return {a.values.begin(), a.values.end()}; }
+std::vector<std::int32_t> own_ids_of(const Array& a) { return {a.values.begin(), a.values.end()}; }
 
 std::unique_ptr<Session> open_made(const std::string& preset, int seed) {
   return Session::open(SessionOptions{made_model("qwen2", preset, seed).string(), "", 1, plugin_root().string()});
 }
 
-CaptureSpec spec_for(Session& s, PositionPolicy p, const std::vector<std::string>& names) {
+CaptureSpec own_spec_for(Session& s, PositionPolicy p, const std::vector<std::string>& names) {
   CaptureSpec spec;
   for (const auto& h : s.hook_points())
     if (std::find(names.begin(), names.end(), h.name) != names.end()) spec.hooks.push_back(h);
@@ -34,7 +34,7 @@ CaptureSpec spec_for(Session& s, PositionPolicy p, const std::vector<std::string
   return spec;
 }
 
-Array rows_of(const CapturedPrompt& c, const std::string& hook, std::int64_t first, std::int64_t n, std::int64_t H) {
+Array own_rows_of(const CapturedPrompt& c, const std::string& hook, std::int64_t first, std::int64_t n, std::int64_t H) {
   const auto& v = c.acts.at(hook);
   Array a;
   a.shape = {n, H};
@@ -42,7 +42,7 @@ Array rows_of(const CapturedPrompt& c, const std::string& hook, std::int64_t fir
   return a;
 }
 
-Array row_at(const Array& a, std::int64_t i) {
+Array own_row_at(const Array& a, std::int64_t i) {
   Array r = a.at(i);
   r.shape = {1, a.shape.back()};
   return r;
@@ -63,13 +63,13 @@ TEST(CaptureOwn, QwenPromptRowsEqualGoldenLayersInAMixedLengthBatch) {
     return read_dataset(golden, p + "resid_post").at(std::stoll(hook.substr(7, 1)));
   };
   std::vector<std::vector<std::int32_t>> prompts;
-  for (const auto& g : groups) prompts.push_back(ids_of(read_dataset(golden, "forward/" + g + "/input_ids")));
+  for (const auto& g : groups) prompts.push_back(own_ids_of(read_dataset(golden, "forward/" + g + "/input_ids")));
   for (auto policy : {PositionPolicy::All, PositionPolicy::Prompt, PositionPolicy::Last}) {
     SCOPED_TRACE(position_policy_name(policy));
     SessionDecodeForward fwd(*s);
     ArOptions o;
     o.max_new_tokens = 3;
-    const auto res = generate_autoregressive_captured(fwd, prompts, o, spec_for(*s, policy, hooks), {10, 11});
+    const auto res = generate_autoregressive_captured(fwd, prompts, o, own_spec_for(*s, policy, hooks), {10, 11});
     for (std::size_t r = 0; r < prompts.size(); ++r) {
       const auto T = static_cast<std::int64_t>(prompts[r].size());
       const auto& c = res.captured[r];
@@ -85,8 +85,8 @@ TEST(CaptureOwn, QwenPromptRowsEqualGoldenLayersInAMixedLengthBatch) {
       }
       for (const auto& h : hooks) {
         Array want = golden_hook(groups[r], h);
-        if (policy == PositionPolicy::Last) want = row_at(want, T - 1);
-        EXPECT_LE(normalised_error(rows_of(c, h, 0, n, H), want), kTol) << groups[r] << " " << h;
+        if (policy == PositionPolicy::Last) want = own_row_at(want, T - 1);
+        EXPECT_LE(normalised_error(own_rows_of(c, h, 0, n, H), want), kOwnTol) << groups[r] << " " << h;
       }
     }
   }
@@ -100,8 +100,8 @@ TEST(CaptureOwn, QwenGeneratedRowsEqualAForwardOverPromptAndGoldenTokens) {
   const std::vector<std::string> hooks{"hook_embed", "blocks.1.hook_resid_post", "ln_final.hook_out"};
   std::vector<std::vector<std::int32_t>> prompts, tokens;
   for (const char* row : {"row0", "row1", "row2"}) {
-    prompts.push_back(ids_of(read_dataset(golden, std::string("ar_greedy/batch3/") + row + "/prompt")));
-    tokens.push_back(ids_of(read_dataset(golden, std::string("ar_greedy/batch3/") + row + "/tokens")));
+    prompts.push_back(own_ids_of(read_dataset(golden, std::string("ar_greedy/batch3/") + row + "/prompt")));
+    tokens.push_back(own_ids_of(read_dataset(golden, std::string("ar_greedy/batch3/") + row + "/tokens")));
   }
   for (bool cache : {true, false}) {
     SCOPED_TRACE(cache ? "kv cache" : "recompute");
@@ -109,7 +109,7 @@ TEST(CaptureOwn, QwenGeneratedRowsEqualAForwardOverPromptAndGoldenTokens) {
     ArOptions o;
     o.max_new_tokens = 16;
     o.use_cache = cache;
-    const auto res = generate_autoregressive_captured(fwd, prompts, o, spec_for(*s, PositionPolicy::Generated, hooks), {0, 1, 2});
+    const auto res = generate_autoregressive_captured(fwd, prompts, o, own_spec_for(*s, PositionPolicy::Generated, hooks), {0, 1, 2});
     for (std::size_t r = 0; r < prompts.size(); ++r) {
       ASSERT_EQ(res.completions[r].tokens, tokens[r]);
       const auto& c = res.captured[r];
@@ -135,7 +135,7 @@ TEST(CaptureOwn, QwenGeneratedRowsEqualAForwardOverPromptAndGoldenTokens) {
         EXPECT_EQ(row.token_id, tokens[r][static_cast<std::size_t>(k)]);
         EXPECT_EQ(row.kind, RowKind::Generated);
         for (const auto& h : hooks)
-          EXPECT_LE(normalised_error(rows_of(c, h, k, 1, H), row_at(ref.at(h), T + k)), kTol) << h << " step " << k;
+          EXPECT_LE(normalised_error(own_rows_of(c, h, k, 1, H), own_row_at(ref.at(h), T + k)), kOwnTol) << h << " step " << k;
       }
     }
   }

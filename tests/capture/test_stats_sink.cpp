@@ -22,7 +22,7 @@ namespace sonde::test {
 namespace {
 
 namespace fs = std::filesystem;
-const char* kHooks = "blocks.1.hook_resid_post,blocks.0.attn.hook_z";
+const char* kStatsHooks = "blocks.1.hook_resid_post,blocks.0.attn.hook_z";
 
 fs::path tiny_model(const fs::path& dir, const std::string& arch = "qwen2") {
   const auto r = run_sonde({"make-model", "--arch", arch, "--preset", "tiny", "--seed", "3", "--out", (dir / "m").string()});
@@ -36,8 +36,8 @@ void write_input(const fs::path& p, int n, int from = 0) {
     in << nlohmann::json{{"id", "q" + std::to_string(i)}, {"ids", {1 + i % 1900, 7, 300 + i % 50, 9, 11}}}.dump() << "\n";
 }
 
-std::vector<std::string> batch_args(const fs::path& model, const fs::path& in, const fs::path& out, int batch_size) {
-  return {"batch", "--model", model.string(), "--input", in.string(), "--output", out.string(), "--hooks", kHooks,
+std::vector<std::string> stats_batch_args(const fs::path& model, const fs::path& in, const fs::path& out, int batch_size) {
+  return {"batch", "--model", model.string(), "--input", in.string(), "--output", out.string(), "--hooks", kStatsHooks,
           "--max-new-tokens", "4", "--batch-size", std::to_string(batch_size), "--temperature", "0.9", "--seed", "2"};
 }
 
@@ -100,7 +100,7 @@ TEST(StatsSink, EqualsTheCapturedRowsWhateverTheMicroBatchSize) {
   write_input(dir / "in.jsonl", 11);
   for (int bs : {1, 4}) {
     const auto tag = std::to_string(bs);
-    auto args = batch_args(model, dir / "in.jsonl", dir / ("r" + tag + ".jsonl"), bs);
+    auto args = stats_batch_args(model, dir / "in.jsonl", dir / ("r" + tag + ".jsonl"), bs);
     args.insert(args.end(), {"--acts", (dir / ("a" + tag + ".h5")).string(), "--stats", (dir / ("s" + tag + ".h5")).string()});
     const auto r = run_sonde(args);
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -110,7 +110,7 @@ TEST(StatsSink, EqualsTheCapturedRowsWhateverTheMicroBatchSize) {
   EXPECT_EQ(read_int_attr(dir / "s4.h5", "complete"), 1);
 }
 
-std::int64_t lines_in(const fs::path& f) {
+std::int64_t stats_lines_in(const fs::path& f) {
   const auto t = read_text(f);
   return static_cast<std::int64_t>(std::count(t.begin(), t.end(), '\n'));
 }
@@ -121,7 +121,7 @@ std::int64_t lines_in(const fs::path& f) {
   const Child c = spawn_sonde(args, log);
   for (;;) {
     if (poll_child(c)) return ::testing::AssertionFailure() << "the run finished before the kill; " << read_text(log);
-    if (fs::exists(results) && lines_in(results) >= lines) {
+    if (fs::exists(results) && stats_lines_in(results) >= lines) {
       send_signal(c, SIGKILL);
       if (wait_child(c) == 128 + SIGKILL) return ::testing::AssertionSuccess();
       return ::testing::AssertionFailure() << "the run ended otherwise; " << read_text(log);
@@ -134,11 +134,11 @@ TEST(StatsSink, ASigkillThenResumeGivesTheBitsOfAnUninterruptedRun) {
   const auto dir = temp_dir();
   const auto model = tiny_model(dir);
   write_input(dir / "in.jsonl", 400);
-  auto ref = batch_args(model, dir / "in.jsonl", dir / "ref.jsonl", 4);
+  auto ref = stats_batch_args(model, dir / "in.jsonl", dir / "ref.jsonl", 4);
   ref.insert(ref.end(), {"--stats", (dir / "ref.h5").string(), "--checkpoint-every", "8"});
   ASSERT_EQ(run_sonde(ref).exit_code, 0);
 
-  auto args = batch_args(model, dir / "in.jsonl", dir / "run.jsonl", 4);
+  auto args = stats_batch_args(model, dir / "in.jsonl", dir / "run.jsonl", 4);
   args.insert(args.end(), {"--stats", (dir / "run.h5").string(), "--checkpoint-every", "8"});
   ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", 100, dir / "run.log"));
   ASSERT_EQ(read_int_attr(dir / "run.h5", "complete"), 0);
@@ -166,7 +166,7 @@ TEST_P(StatsBehindActs, ResumeTrimsTheActivationsToTheStatisticsMark) {
   const auto model = tiny_model(dir, GetParam());
   write_input(dir / "in.jsonl", 300);
   const auto with_outputs = [&](const char* tag) {
-    auto a = batch_args(model, dir / "in.jsonl", dir / (std::string(tag) + ".jsonl"), 4);
+    auto a = stats_batch_args(model, dir / "in.jsonl", dir / (std::string(tag) + ".jsonl"), 4);
     a.insert(a.end(), {"--acts", (dir / (std::string(tag) + "_acts.h5")).string(), "--stats",
                        (dir / (std::string(tag) + "_stats.h5")).string(), "--checkpoint-every", "8"});
     return a;
@@ -213,7 +213,7 @@ TEST(StatsSink, TwoFilesMergeToTheWhole) {
   write_input(dir / "a.jsonl", 6);
   write_input(dir / "b.jsonl", 4, 6);
   for (const char* t : {"all", "a", "b"}) {
-    auto args = batch_args(model, dir / (std::string(t) + ".jsonl"), dir / (std::string(t) + ".out.jsonl"), 1);
+    auto args = stats_batch_args(model, dir / (std::string(t) + ".jsonl"), dir / (std::string(t) + ".out.jsonl"), 1);
     args.insert(args.end(), {"--stats", (dir / (std::string(t) + ".h5")).string()});
     ASSERT_EQ(run_sonde(args).exit_code, 0);
   }

@@ -35,7 +35,7 @@ namespace {
 using nlohmann::json;
 using Ids = std::vector<std::int64_t>;
 
-const json& golden() {
+const json& block_golden() {
   static const json g = [] {
     std::ifstream in(data_dir() / "block-tiny-dream-f32.json");
     if (!in) throw std::runtime_error("missing " + (data_dir() / "block-tiny-dream-f32.json").string());
@@ -49,11 +49,11 @@ std::filesystem::path model() {
     const auto d = process_temp_dir() / "block-golden-dream-tiny";  // shared by the process's tests
     std::filesystem::remove_all(d);
     std::vector<std::string> mm{"make-model"};
-    for (const auto& a : golden()["make_model_args"]) mm.push_back(a.get<std::string>());
+    for (const auto& a : block_golden()["make_model_args"]) mm.push_back(a.get<std::string>());
     mm.insert(mm.end(), {"--out", d.string()});
     const auto r = run_sonde(mm);
     if (r.exit_code != 0) throw std::runtime_error("make-model failed: " + r.output);
-    if (sonde::sha256_file(d / "model.safetensors") != golden()["model_sha256"].get<std::string>())
+    if (sonde::sha256_file(d / "model.safetensors") != block_golden()["model_sha256"].get<std::string>())
       throw std::runtime_error("make-model no longer gives the checkpoint of the block goldens; regenerate with "
                                "/usr/bin/python3 tests/reference/make_block_goldens.py");
     return d;
@@ -61,7 +61,7 @@ std::filesystem::path model() {
   return dir;
 }
 
-std::string num(double v) {
+std::string block_num(double v) {
   std::ostringstream s;
   s.precision(17);
   s << v;
@@ -75,27 +75,27 @@ std::vector<std::string> flags(const json& st, const std::string& backend) {
     a.insert(a.end(), {"--diffusion-mode", st.value("mode", std::string("block")), "--block-size",
                        std::to_string(st["block_size"].get<int>())});
   if (st.contains("steps")) a.insert(a.end(), {"--steps", std::to_string(st["steps"].get<int>())});
-  if (st.contains("threshold")) a.insert(a.end(), {"--threshold", num(st["threshold"].get<double>())});
+  if (st.contains("threshold")) a.insert(a.end(), {"--threshold", block_num(st["threshold"].get<double>())});
   if (st.contains("tokens_per_step")) a.insert(a.end(), {"--tokens-per-step", std::to_string(st["tokens_per_step"].get<int>())});
   if (st.contains("refresh_every")) a.insert(a.end(), {"--refresh-every", std::to_string(st["refresh_every"].get<int>())});
-  if (st.contains("top_p")) a.insert(a.end(), {"--top-p", num(st["top_p"].get<double>())});
+  if (st.contains("top_p")) a.insert(a.end(), {"--top-p", block_num(st["top_p"].get<double>())});
   if (st.contains("seed")) a.insert(a.end(), {"--seed", std::to_string(st["seed"].get<int>())});
   return a;
 }
 
-struct Case {
+struct BlockCase {
   std::size_t index;
   std::string backend;
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << golden()["cases"][c.index]["name"].get<std::string>() << "/" << c.backend;
+void PrintTo(const BlockCase& c, std::ostream* os) {
+  *os << block_golden()["cases"][c.index]["name"].get<std::string>() << "/" << c.backend;
 }
 
-class BlockGolden : public ::testing::TestWithParam<Case> {};
+class BlockGolden : public ::testing::TestWithParam<BlockCase> {};
 
 TEST_P(BlockGolden, MatchesPyTorchReference) {
-  const json& c = golden()["cases"][GetParam().index];
+  const json& c = block_golden()["cases"][GetParam().index];
   const auto args = flags(c["settings"], GetParam().backend);
   auto batch = args;
   for (const auto& p : c["prompts"]) batch.insert(batch.end(), {"--ids", join_ids(p.get<Ids>())});
@@ -185,10 +185,10 @@ std::vector<double> summary(const float* row, std::int64_t V) {
   return out;
 }
 
-class CachedForwards : public ::testing::TestWithParam<Case> {};
+class CachedForwards : public ::testing::TestWithParam<BlockCase> {};
 
 TEST_P(CachedForwards, MatchReferenceWithin1e4AndRefreshesAreBlockModes) {
-  const json& c = golden()["cases"][GetParam().index];
+  const json& c = block_golden()["cases"][GetParam().index];
   auto s = Session::open(SessionOptions{model().string(), GetParam().backend, 1, plugin_root().string()});
   Recording rec(*s);
   std::vector<std::vector<std::int32_t>> prompts;
@@ -231,37 +231,37 @@ TEST_P(CachedForwards, MatchReferenceWithin1e4AndRefreshesAreBlockModes) {
 }
 
 // A gtest parameter name: the golden case's name and the backend, with only [A-Za-z0-9_].
-std::string case_name(const Case& c) {
-  std::string n = golden()["cases"][c.index]["name"].get<std::string>();
+std::string block_case_name(const BlockCase& c) {
+  std::string n = block_golden()["cases"][c.index]["name"].get<std::string>();
   n.append("_").append(c.backend);
   for (char& ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
 }
 
-std::vector<Case> cached_cases() {
-  std::vector<Case> out;
-  for (std::size_t i = 0; i < golden()["cases"].size(); ++i)
-    if (golden()["cases"][i].contains("windows"))
+std::vector<BlockCase> cached_cases() {
+  std::vector<BlockCase> out;
+  for (std::size_t i = 0; i < block_golden()["cases"].size(); ++i)
+    if (block_golden()["cases"][i].contains("windows"))
       for (const char* b : {"threaded", "reference"}) out.push_back({i, b});
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Dream, CachedForwards, ::testing::ValuesIn(cached_cases()), [](const auto& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Dream, CachedForwards, ::testing::ValuesIn(cached_cases()), [](const auto& info) { return block_case_name(info.param); });
 
 // Every case on the default backend; the reference backend (the double-precision oracle) on the
 // batches only, to keep the suite quick.
-std::vector<Case> cases() {
-  std::vector<Case> out;
-  const auto n = golden()["cases"].size();
+std::vector<BlockCase> block_cases() {
+  std::vector<BlockCase> out;
+  const auto n = block_golden()["cases"].size();
   for (std::size_t i = 0; i < n; ++i) {
     out.push_back({i, "threaded"});
-    if (golden()["cases"][i]["prompts"].size() > 1) out.push_back({i, "reference"});
+    if (block_golden()["cases"][i]["prompts"].size() > 1) out.push_back({i, "reference"});
   }
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Dream, BlockGolden, ::testing::ValuesIn(cases()), [](const auto& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Dream, BlockGolden, ::testing::ValuesIn(block_cases()), [](const auto& info) { return block_case_name(info.param); });
 
 }  // namespace
 }  // namespace sonde::test

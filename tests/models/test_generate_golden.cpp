@@ -21,7 +21,7 @@ const char* kQwen = "tiny-qwen2-float32-v2048";
 const char* kDream = "tiny-dream-float32-v2048";
 
 std::string model_dir(const char* m) { return (shared_dir() / "golden/models" / m).string(); }
-std::filesystem::path golden(const char* m) { return shared_dir() / "golden" / (std::string(m) + ".h5"); }
+std::filesystem::path shared_golden(const char* m) { return shared_dir() / "golden" / (std::string(m) + ".h5"); }
 
 
 std::vector<std::int64_t> concat(std::vector<std::int64_t> a, const std::vector<std::int64_t>& b) {
@@ -35,8 +35,8 @@ TEST_P(GenerateGoldenShared, QwenGreedyTokensWithAndWithoutKvCache) {
   for (const char* p : {"prompt5", "prompt19"})
     for (bool cache : {true, false}) {
       SCOPED_TRACE(std::string(p) + (cache ? " cached" : " recompute"));
-      const auto prompt = as_ints(read_dataset(golden(kQwen), std::string("ar_greedy/") + p + "/prompt"));
-      const auto tokens = as_ints(read_dataset(golden(kQwen), std::string("ar_greedy/") + p + "/tokens"));
+      const auto prompt = as_ints(read_dataset(shared_golden(kQwen), std::string("ar_greedy/") + p + "/prompt"));
+      const auto tokens = as_ints(read_dataset(shared_golden(kQwen), std::string("ar_greedy/") + p + "/tokens"));
       std::vector<std::string> args{"--model", model_dir(kQwen), "--backend", GetParam(), "--ids", join_ids(prompt),
                                     "--max-new-tokens", "16", "--json"};
       if (!cache) args.push_back("--no-kv-cache");
@@ -53,9 +53,9 @@ TEST_P(GenerateGoldenShared, DreamSequencesAndHistories) {
     for (auto [alg, steps] : {std::pair{"entropy", "16"}, std::pair{"maskgit_plus", "4"}}) {
       const std::string g = std::string("diffusion/") + p + "/" + alg + "_steps" + steps + "/";
       SCOPED_TRACE(g);
-      const auto prompt = as_ints(read_dataset(golden(kDream), g + "prompt"));
-      const auto sequence = as_ints(read_dataset(golden(kDream), g + "sequence"));
-      const Array history = read_dataset(golden(kDream), g + "history");
+      const auto prompt = as_ints(read_dataset(shared_golden(kDream), g + "prompt"));
+      const auto sequence = as_ints(read_dataset(shared_golden(kDream), g + "sequence"));
+      const Array history = read_dataset(shared_golden(kDream), g + "history");
       const auto out = generate_json({"--model", model_dir(kDream), "--backend", GetParam(), "--ids", join_ids(prompt),
                                  "--max-new-tokens", "16", "--steps", steps, "--alg", alg, "--json", "--history"});
       ASSERT_EQ(out.size(), 1u);
@@ -69,21 +69,21 @@ TEST_P(GenerateGoldenShared, DreamSequencesAndHistories) {
 // prompt19 and prompt5 in one left-padded batch give each prompt's golden result.
 TEST_P(GenerateGoldenShared, MixedLengthBatchEqualsSingleRuns) {
   std::vector<std::string> ids;
-  for (const char* p : {"prompt19", "prompt5"}) ids.push_back(join_ids(as_ints(read_dataset(golden(kQwen), std::string("ar_greedy/") + p + "/prompt"))));
+  for (const char* p : {"prompt19", "prompt5"}) ids.push_back(join_ids(as_ints(read_dataset(shared_golden(kQwen), std::string("ar_greedy/") + p + "/prompt"))));
   const auto ar = generate_json({"--model", model_dir(kQwen), "--backend", GetParam(), "--ids", ids[0], "--ids", ids[1],
                             "--max-new-tokens", "16", "--json"});
   ASSERT_EQ(ar.size(), 2u);
-  EXPECT_EQ(ar[0]["completion_ids"].get<std::vector<std::int64_t>>(), as_ints(read_dataset(golden(kQwen), "ar_greedy/prompt19/tokens")));
-  EXPECT_EQ(ar[1]["completion_ids"].get<std::vector<std::int64_t>>(), as_ints(read_dataset(golden(kQwen), "ar_greedy/prompt5/tokens")));
+  EXPECT_EQ(ar[0]["completion_ids"].get<std::vector<std::int64_t>>(), as_ints(read_dataset(shared_golden(kQwen), "ar_greedy/prompt19/tokens")));
+  EXPECT_EQ(ar[1]["completion_ids"].get<std::vector<std::int64_t>>(), as_ints(read_dataset(shared_golden(kQwen), "ar_greedy/prompt5/tokens")));
   const auto df = generate_json({"--model", model_dir(kDream), "--backend", GetParam(), "--ids", ids[0], "--ids", ids[1],
                             "--max-new-tokens", "16", "--steps", "4", "--alg", "maskgit_plus", "--json"});
   ASSERT_EQ(df.size(), 2u);
-  EXPECT_EQ(concat(as_ints(read_dataset(golden(kDream), "diffusion/prompt19/maskgit_plus_steps4/prompt")),
+  EXPECT_EQ(concat(as_ints(read_dataset(shared_golden(kDream), "diffusion/prompt19/maskgit_plus_steps4/prompt")),
                    df[0]["completion_ids"].get<std::vector<std::int64_t>>()),
-            as_ints(read_dataset(golden(kDream), "diffusion/prompt19/maskgit_plus_steps4/sequence")));
-  EXPECT_EQ(concat(as_ints(read_dataset(golden(kDream), "diffusion/prompt5/maskgit_plus_steps4/prompt")),
+            as_ints(read_dataset(shared_golden(kDream), "diffusion/prompt19/maskgit_plus_steps4/sequence")));
+  EXPECT_EQ(concat(as_ints(read_dataset(shared_golden(kDream), "diffusion/prompt5/maskgit_plus_steps4/prompt")),
                    df[1]["completion_ids"].get<std::vector<std::int64_t>>()),
-            as_ints(read_dataset(golden(kDream), "diffusion/prompt5/maskgit_plus_steps4/sequence")));
+            as_ints(read_dataset(shared_golden(kDream), "diffusion/prompt5/maskgit_plus_steps4/sequence")));
 }
 
 // One seed, one output: across runs, batch composition and (by the parameter) backends.

@@ -26,9 +26,9 @@
 namespace sonde::test {
 namespace {
 
-constexpr double kTolerance = 1e-4;
+constexpr double kOwnTolerance = 1e-4;
 
-struct Case {
+struct OwnCase {
   std::filesystem::path file;  // tests/data/<name>.h5
   std::string name, prompt, backend;
 };
@@ -50,8 +50,8 @@ std::vector<std::filesystem::path> golden_files() {
   return files;
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> c;
+std::vector<OwnCase> own_cases() {
+  std::vector<OwnCase> c;
   const auto backends = built_backends();
   for (const auto& f : golden_files()) {
     const auto prompts = nlohmann::json::parse(read_string_attr(f, "prompts"));
@@ -62,12 +62,12 @@ std::vector<Case> cases() {
 }
 
 // Readable parameter in test listings and ctest names (instead of gtest's byte dump).
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name << "/" << c.prompt << "/" << c.backend; }
+void PrintTo(const OwnCase& c, std::ostream* os) { *os << c.name << "/" << c.prompt << "/" << c.backend; }
 
-class OwnGolden : public ::testing::TestWithParam<Case> {};
+class OwnGolden : public ::testing::TestWithParam<OwnCase> {};
 
 TEST_P(OwnGolden, ForwardMatchesPyTorchFloat64Reference) {
-  const Case& c = GetParam();
+  const OwnCase& c = GetParam();
   const auto dir = temp_dir();
 
   // 1. Rebuild the checkpoint exactly as the golden was made from it.
@@ -96,7 +96,7 @@ TEST_P(OwnGolden, ForwardMatchesPyTorchFloat64Reference) {
 
   // 3. Compare. Ids must round-trip exactly.
   EXPECT_LE(normalised_error(read_dataset(out, "input_ids"), ids), 0.0);
-  EXPECT_LE(normalised_error(read_dataset(out, "logits"), read_dataset(c.file, g + "logits")), kTolerance)
+  EXPECT_LE(normalised_error(read_dataset(out, "logits"), read_dataset(c.file, g + "logits")), kOwnTolerance)
       << "logits";
 
   // Hugging Face convention: hidden_states[0] = hook_embed, hidden_states[k] = blocks.{k-1}.hook_resid_post
@@ -105,36 +105,36 @@ TEST_P(OwnGolden, ForwardMatchesPyTorchFloat64Reference) {
   const Array resid = read_dataset(c.file, g + "resid_post");      // [L, T, H]
   const std::int64_t L = resid.shape[0];
   ASSERT_EQ(hidden.shape[0], L + 1);
-  EXPECT_LE(normalised_error(read_dataset(out, "acts/hook_embed"), hidden.at(0)), kTolerance) << "hidden_states[0]";
+  EXPECT_LE(normalised_error(read_dataset(out, "acts/hook_embed"), hidden.at(0)), kOwnTolerance) << "hidden_states[0]";
   for (std::int64_t k = 1; k < L; ++k)
     EXPECT_LE(normalised_error(read_dataset(out, "acts/blocks." + std::to_string(k - 1) + ".hook_resid_post"),
                                hidden.at(k)),
-              kTolerance)
+              kOwnTolerance)
         << "hidden_states[" << k << "]";
-  EXPECT_LE(normalised_error(read_dataset(out, "acts/ln_final.hook_out"), hidden.at(L)), kTolerance)
+  EXPECT_LE(normalised_error(read_dataset(out, "acts/ln_final.hook_out"), hidden.at(L)), kOwnTolerance)
       << "hidden_states[" << L << "] (final norm)";
   for (std::int64_t i = 0; i < L; ++i)
     EXPECT_LE(normalised_error(read_dataset(out, "acts/blocks." + std::to_string(i) + ".hook_resid_post"), resid.at(i)),
-              kTolerance)
+              kOwnTolerance)
         << "resid_post[" << i << "]";
 
   // Layer-0 internals: [T, nh, d] attention output before o_proj, [T, nh, d] q after RoPE,
   // [T, I] silu(gate) * up.
   EXPECT_LE(normalised_error(read_dataset(out, "acts/blocks.0.attn.hook_z"), read_dataset(c.file, g + "attn_z_0")),
-            kTolerance)
+            kOwnTolerance)
       << "blocks.0.attn.hook_z";
   EXPECT_LE(normalised_error(read_dataset(out, "acts/blocks.0.attn.hook_rot_q"), read_dataset(c.file, g + "rot_q_0")),
-            kTolerance)
+            kOwnTolerance)
       << "blocks.0.attn.hook_rot_q";
   EXPECT_LE(normalised_error(read_dataset(out, "acts/blocks.0.mlp.hook_post"), read_dataset(c.file, g + "mlp_post_0")),
-            kTolerance)
+            kOwnTolerance)
       << "blocks.0.mlp.hook_post";
 }
 
 // No golden files (e.g. a trimmed checkout) is a failure worth seeing, not a silent empty suite.
 TEST(OwnGoldenFiles, ArePresent) { EXPECT_FALSE(golden_files().empty()) << "no golden *.h5 in " << data_dir(); }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, OwnGolden, ::testing::ValuesIn(cases()), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(AllBackends, OwnGolden, ::testing::ValuesIn(own_cases()), [](const auto& info) {
   std::string n = info.param.name + "_" + info.param.prompt + "_" + info.param.backend;
   for (char& ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

@@ -28,7 +28,7 @@ namespace sonde::test {
 namespace {
 
 constexpr std::int64_t kPrompts = 300;
-constexpr const char* kPython = "/usr/bin/python3";
+constexpr const char* kPython3 = "/usr/bin/python3";
 
 struct Child {
   std::string path, results;
@@ -277,7 +277,7 @@ TEST(FullDisk, WriterErrorSurfacesAsAClearErrorAndTheCommittedPrefixSurvives) {
 }
 
 TEST(StockH5pyAfterKill, ReadsTheCommittedPrefixAfterH5clearAndTheResumedFileWhole) {
-  SONDE_REQUIRE_PACKAGE(run_shell(std::string(kPython) + " -c 'import h5py'").first == 0, "python3-h5py");
+  SONDE_REQUIRE_PACKAGE(run_shell(std::string(kPython3) + " -c 'import h5py'").first == 0, "python3-h5py");
   SONDE_REQUIRE_PACKAGE(run_shell("h5clear --version").first == 0, "hdf5-tools (h5clear)");
   const Reference& ref = reference_for(DType::bf16, true);
   const auto dir = temp_dir();
@@ -291,7 +291,7 @@ TEST(StockH5pyAfterKill, ReadsTheCommittedPrefixAfterH5clearAndTheResumedFileWho
   const auto killed = (dir / "killed-copy.h5").string();
   std::filesystem::copy_file(c.path, killed);
   ASSERT_EQ(run_shell("h5clear -s --increment '" + killed + "'").first, 0);
-  const std::string script = std::string(kPython) + " " + SONDE_SINK_TEST_DIR "/check_stream_h5py.py ";
+  const std::string script = std::string(kPython3) + " " + SONDE_SINK_TEST_DIR "/check_stream_h5py.py ";
   auto [status, output] = run_shell(script + "'" + killed + "' '" + ref.path + "'");
   EXPECT_EQ(status, 0) << output;
   ASSERT_EQ(run_shell("'" SONDE_STREAM_CHILD "' '" + c.path + "' '" + c.results + "' " + std::to_string(kPrompts) +

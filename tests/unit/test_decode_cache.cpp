@@ -70,7 +70,7 @@ class SlotCacheFake : public DecodeForward {
   std::vector<std::uint64_t> keys_;  // [B, N]
 };
 
-DiffusionOptions opts(DiffusionMode mode, std::int64_t new_tokens, std::int64_t steps, std::int64_t block) {
+DiffusionOptions cache_opts(DiffusionMode mode, std::int64_t new_tokens, std::int64_t steps, std::int64_t block) {
   DiffusionOptions o;
   o.mode = mode;
   o.block_size = block;
@@ -83,7 +83,7 @@ DiffusionOptions opts(DiffusionMode mode, std::int64_t new_tokens, std::int64_t 
 }
 
 // Confidence on token 1 grows with the position, whatever the keys.
-void rising(std::int32_t pos, std::uint64_t, float* row) { row[1] = 0.5f * static_cast<float>(pos); }
+void rising_slot(std::int32_t pos, std::uint64_t, float* row) { row[1] = 0.5f * static_cast<float>(pos); }
 
 void hashed(std::int32_t pos, std::uint64_t keys, float* row) {
   const auto h = keys * 2654435761u + static_cast<std::uint64_t>(pos) * 40503u;
@@ -93,9 +93,9 @@ void hashed(std::int32_t pos, std::uint64_t keys, float* row) {
 TEST(DiffusionCache, RefreshAtEachBlockStartThenRanges) {
   // Prompt of 2, 12 new tokens in blocks of 4, 2 steps per block: N = 14, blocks at slots 2, 6, 10.
   for (auto mode : {DiffusionMode::BlockCache, DiffusionMode::DualCache}) {
-    SlotCacheFake m(8, 7, rising);
+    SlotCacheFake m(8, 7, rising_slot);
     std::vector<std::int64_t> recomputed;
-    diffusion_generate(m, {{1, 2}}, opts(mode, 12, 6, 4), [&](const DiffusionStep& s) { recomputed.push_back(s.recomputed[0]); });
+    diffusion_generate(m, {{1, 2}}, cache_opts(mode, 12, 6, 4), [&](const DiffusionStep& s) { recomputed.push_back(s.recomputed[0]); });
     ASSERT_EQ(m.calls.size(), 6u);
     const bool dual = mode == DiffusionMode::DualCache;
     for (std::size_t i = 0; i < 6; i += 2) {
@@ -115,10 +115,10 @@ TEST(DiffusionCache, EqualsBlockModeWhenLogitsIgnoreTheKeys) {
   // The cache only changes which keys a slot sees; logits that do not look at them give block
   // mode's commits exactly, step for step.
   for (auto mode : {DiffusionMode::BlockCache, DiffusionMode::DualCache}) {
-    SlotCacheFake plain(8, 7, rising), cached(8, 7, rising);
+    SlotCacheFake plain(8, 7, rising_slot), cached(8, 7, rising_slot);
     std::vector<std::vector<std::int64_t>> a, b;
-    diffusion_generate(plain, {{1, 2}}, opts(DiffusionMode::Block, 12, 6, 4), [&](const DiffusionStep& s) { a.push_back(s.transfer[0]); });
-    diffusion_generate(cached, {{1, 2}}, opts(mode, 12, 6, 4), [&](const DiffusionStep& s) { b.push_back(s.transfer[0]); });
+    diffusion_generate(plain, {{1, 2}}, cache_opts(DiffusionMode::Block, 12, 6, 4), [&](const DiffusionStep& s) { a.push_back(s.transfer[0]); });
+    diffusion_generate(cached, {{1, 2}}, cache_opts(mode, 12, 6, 4), [&](const DiffusionStep& s) { b.push_back(s.transfer[0]); });
     EXPECT_EQ(a, b);
   }
 }
@@ -128,7 +128,7 @@ TEST(DiffusionCache, StaleKeysChangeTheResultAsTheApproximationSays) {
   // a refresh or inside their range; the fake must notice (else the test above proves nothing).
   auto run = [](DiffusionMode mode) {
     SlotCacheFake m(8, 7, hashed);
-    auto o = opts(mode, 12, 12, 4);
+    auto o = cache_opts(mode, 12, 12, 4);
     return diffusion_generate(m, {{1, 2}}, o).completions[0];
   };
   const auto block = run(DiffusionMode::Block);
@@ -136,9 +136,9 @@ TEST(DiffusionCache, StaleKeysChangeTheResultAsTheApproximationSays) {
 }
 
 TEST(DiffusionCache, RefusedWithoutASlotCache) {
-  SlotCacheFake m(8, 7, rising, /*cache=*/false);
+  SlotCacheFake m(8, 7, rising_slot, /*cache=*/false);
   try {
-    diffusion_generate(m, {{1, 2}}, opts(DiffusionMode::DualCache, 8, 8, 4));
+    diffusion_generate(m, {{1, 2}}, cache_opts(DiffusionMode::DualCache, 8, 8, 4));
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::BadInput);
@@ -151,7 +151,7 @@ TEST(DiffusionCache, RefusedWithoutASlotCache) {
 TEST(DiffusionCache, LockstepRowDecodesAloneAsInABatch) {
   for (auto mode : {DiffusionMode::BlockCache, DiffusionMode::DualCache})
     for (auto alg : {DiffusionAlg::ConfidenceThreshold, DiffusionAlg::TopkMargin}) {
-      auto o = opts(mode, 12, 6, 5);
+      auto o = cache_opts(mode, 12, 6, 5);
       o.sampling.alg = alg;
       o.sampling.temperature = 0.8;
       if (alg == DiffusionAlg::ConfidenceThreshold) o.threshold = 0.3;

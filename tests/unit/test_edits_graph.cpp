@@ -10,7 +10,7 @@ namespace {
 using sonde::OpKind;
 
 // x [1,3,2] -> a = x + x ("h") -> b = silu_mul(a, a) ("k") -> output "out"
-sonde::Graph chain() {
+sonde::Graph edit_chain() {
   sonde::GraphBuilder b([](const std::string& n) -> sonde::TensorView { sonde::runtime_error("no weight {}", n); });
   auto x = b.input("x", sonde::DType::f32, sonde::Shape{1, 3, 2});
   auto a = b.name(b.add(x, x), "h");
@@ -28,7 +28,7 @@ sonde::Edit scale_of(const std::string& hook, float f) {
 }
 
 TEST(InsertEdits, NoEditsLeaveTheGraphAsBuilt) {
-  auto g = chain();
+  auto g = edit_chain();
   const auto before = g.nodes.size();
   sonde::insert_edits(g, {});
   EXPECT_EQ(g.nodes.size(), before);
@@ -36,7 +36,7 @@ TEST(InsertEdits, NoEditsLeaveTheGraphAsBuilt) {
 }
 
 TEST(InsertEdits, TheEditFollowsItsHookAndEveryReaderReadsIt) {
-  auto g = chain();
+  auto g = edit_chain();
   sonde::insert_edits(g, {scale_of("h", 2)});
   const int hooked = *g.find("h.pre_edit"), edit = *g.find("h"), sel = *g.find("input.edit.0.sel");
   EXPECT_EQ(g.nodes[static_cast<std::size_t>(hooked)].op, OpKind::Add);
@@ -51,7 +51,7 @@ TEST(InsertEdits, TheEditFollowsItsHookAndEveryReaderReadsIt) {
 }
 
 TEST(InsertEdits, TwoEditsOfOneHookChainAndTheOutputFollows) {
-  auto g = chain();
+  auto g = edit_chain();
   sonde::insert_edits(g, {scale_of("k", 2), scale_of("k", 3)});
   const int last = *g.find("k");
   EXPECT_EQ(g.nodes[static_cast<std::size_t>(last)].params.edit_a, 3.0f);
@@ -63,7 +63,7 @@ TEST(InsertEdits, TwoEditsOfOneHookChainAndTheOutputFollows) {
 }
 
 TEST(InsertEdits, AnUnknownHookIsAnError) {
-  auto g = chain();
+  auto g = edit_chain();
   EXPECT_THROW(sonde::insert_edits(g, {scale_of("nope", 1)}), sonde::Error);
 }
 
