@@ -17,9 +17,8 @@ std::string duration(double s) {
 
 }  // namespace
 
-BatchProgress::BatchProgress(std::int64_t total, std::int64_t already_done)
-    : total_(total), start_done_(already_done), tty_(::isatty(STDERR_FILENO) != 0),
-      start_(std::chrono::steady_clock::now()), last_print_(start_) {}
+BatchProgress::BatchProgress(std::int64_t total, std::int64_t already_done, std::chrono::steady_clock::time_point start)
+    : total_(total), start_done_(already_done), tty_(::isatty(STDERR_FILENO) != 0), start_(start), last_print_(start_) {}
 
 double BatchProgress::seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

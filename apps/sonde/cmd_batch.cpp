@@ -106,6 +106,7 @@ int run_batch(BatchOptions o) {
   ro.cancel = &g_interrupted;
   ro.keep_results = false;
 
+  const auto begun = std::chrono::steady_clock::now();
   std::optional<BatchProgress> progress;
   const auto note = [&](const std::string& line) {
     if (shows) (progress ? *progress : BatchProgress(0, 0)).note(line);
@@ -115,7 +116,7 @@ int run_batch(BatchOptions o) {
   RunTotals job_totals;  // several copies: the whole job's, as rank 0 last saw them
   ro.on_progress = [&](const RunProgress& p) {
     if (!shows) return;
-    if (!progress) progress.emplace(p.total, p.committed);
+    if (!progress) progress.emplace(p.total, p.committed, begun);
     if (p.totals.prompts > 0) progress->update(p.totals);
     job_totals = p.totals;
   };
@@ -143,7 +144,7 @@ int run_batch(BatchOptions o) {
     return 128 + g_signal.load();  // 130 for Ctrl-C, as a shell reports a signal
   }
   if (!shows) return 0;
-  if (!progress) progress.emplace(0, res.committed_before);
+  if (!progress) progress.emplace(0, res.committed_before, begun);
   std::uintmax_t bytes = 0;
   std::string acts = o.acts;
   if (!o.acts.empty() && parallel) {  // a directory of rank files joined by run.h5

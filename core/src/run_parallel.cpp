@@ -287,8 +287,8 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
   if (job.rank == 0) {
     join_error = error_of([&] {
       join_results(o.results_path, replicas, static_cast<std::int64_t>(prepared.size()));
-      RunMetadata joined = run_metadata(s, config, o.capture.storage);
-      joined.ints["world_size"] = replicas;
+      RunMetadata joined = meta;  // run_metadata() again would hash tokenizer.json again
+      joined.ints["rank"] = 0;
       for (const auto& want : o.sinks) {
         std::vector<std::string> parts;
         for (int r = 0; r < replicas; ++r) parts.push_back((fs::path(want.path) / part_name(r, ".h5")).string());

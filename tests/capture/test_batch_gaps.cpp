@@ -617,5 +617,21 @@ TEST(BatchProgress, PlainProgressLinesAndASummaryWithTheRightNumbers) {
   EXPECT_LT(std::stoll(m[8].str()) * 60 + std::stoll(m[9].str()), 600);
 }
 
+// The rate counts the whole run: with every prompt in one micro-batch the only report comes at
+// its end, and a clock started there gave millions of prompts/s (no micro-batch of generation
+// through a model takes under 100 us, on any host).
+TEST(BatchProgress, TheRateCountsTheFirstMicroBatchToo) {
+  const auto dir = temp_dir();
+  const auto model = make_model(dir, "qwen2");
+  gaps_write_lines(dir / "in.jsonl", ids_requests(10, 5));
+  const auto r = run_sonde(batch(model, dir / "in.jsonl", dir / "out.jsonl", {"--max-new-tokens", "4", "--batch-size", "16"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::regex rate(R"(10/10 prompts +([0-9.]+) prompts/s)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, rate)) << r.output;
+  EXPECT_GT(std::stod(m[1].str()), 0.0) << r.output;
+  EXPECT_LT(std::stod(m[1].str()), 1e5) << r.output;
+}
+
 }  // namespace
 }  // namespace sonde::test
