@@ -161,12 +161,9 @@ class JobProgress {
   void clear() const {
     std::error_code ec;
     std::vector<fs::path> stale;
-    const auto ends_with = [](const std::string& s, std::string_view tail) {
-      return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-    };
     for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string name = it->path().filename().string();
-      if (ends_with(name, ".progress") || ends_with(name, ".progress.tmp")) stale.push_back(it->path());
+      if (name.ends_with(".progress") || name.ends_with(".progress.tmp")) stale.push_back(it->path());
     }
     for (const auto& f : stale) fs::remove(f, ec);
   }
@@ -287,15 +284,13 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
   if (job.rank == 0) {
     join_error = error_of([&] {
       join_results(o.results_path, replicas, static_cast<std::int64_t>(prepared.size()));
-      RunMetadata joined = meta;  // run_metadata() again would hash tokenizer.json again
-      joined.ints["rank"] = 0;
       for (const auto& want : o.sinks) {
         std::vector<std::string> parts;
         for (int r = 0; r < replicas; ++r) parts.push_back((fs::path(want.path) / part_name(r, ".h5")).string());
         const auto path = (fs::path(want.path) / "run.h5").string();
         OutputLock lock(path);
         auto sink = want.sink ? want.sink : PluginRegistry::instance().sink(want.name);
-        sink->join(parts, path, joined);
+        sink->join(parts, path, meta);  // rank 0's: copy 0's, world_size R
       }
     });
   }

@@ -262,37 +262,37 @@ TEST(Threaded, UnknownLinearModeIsAnErrorNamingIt) {
 // K within one of the tiled kernels' K blocks (1024) and over two, neither a multiple of 16.
 TEST(Threaded, LinearRowsDoNotDependOnTheirBatch) {
   for (const std::int64_t K : {300, 1100})
-  for (const std::string weights : {"native", "q8"})
-    for (DType wt : {DType::bf16, DType::f32}) {
-      SCOPED_TRACE(fmt::format("K={}", K));
-      const std::int64_t N = 203, M = 70;
-      const auto args = linear_args(M, K, N, wt, true, 44);
-      std::vector<Tensor> outs;
-      std::vector<std::string> what;
-      for (const std::string mode : {"gemv", "gemm", "auto"})
-        for (int threads : {1, 2}) {
-          LinearScope scope(mode);
-          outs.push_back(run_on(*threaded(threads, weights), linear_node(M, N), args));
-          what.push_back(fmt::format("{} rows, {}, {} threads", M, mode, threads));
+    for (const std::string weights : {"native", "q8"})
+      for (DType wt : {DType::bf16, DType::f32}) {
+        SCOPED_TRACE(fmt::format("K={}", K));
+        const std::int64_t N = 203, M = 70;
+        const auto args = linear_args(M, K, N, wt, true, 44);
+        std::vector<Tensor> outs;
+        std::vector<std::string> what;
+        for (const std::string mode : {"gemv", "gemm", "auto"})
+          for (int threads : {1, 2}) {
+            LinearScope scope(mode);
+            outs.push_back(run_on(*threaded(threads, weights), linear_node(M, N), args));
+            what.push_back(fmt::format("{} rows, {}, {} threads", M, mode, threads));
+          }
+        // Rows 5 and 69 alone and row 5 in a batch of 4.
+        LinearScope scope("auto");
+        auto b = threaded(2, weights);
+        const auto xs = values(args[0].t);
+        for (std::int64_t row : {5, 69}) {
+          std::vector<Arg> one = args;
+          one[0] = {floats(DType::f32, Shape{1, K}, std::vector<float>(xs.begin() + row * K, xs.begin() + (row + 1) * K))};
+          const Tensor alone = run_on(*b, linear_node(1, N), one);
+          for (std::size_t i = 0; i < outs.size(); ++i)
+            ASSERT_EQ(std::memcmp(alone.data<float>(), outs[i].data<float>() + row * N, N * sizeof(float)), 0)
+                << weights << " " << dtype_name(wt) << " row " << row << " alone vs " << what[i];
         }
-      // Rows 5 and 69 alone and row 5 in a batch of 4.
-      LinearScope scope("auto");
-      auto b = threaded(2, weights);
-      const auto xs = values(args[0].t);
-      for (std::int64_t row : {5, 69}) {
-        std::vector<Arg> one = args;
-        one[0] = {floats(DType::f32, Shape{1, K}, std::vector<float>(xs.begin() + row * K, xs.begin() + (row + 1) * K))};
-        const Tensor alone = run_on(*b, linear_node(1, N), one);
-        for (std::size_t i = 0; i < outs.size(); ++i)
-          ASSERT_EQ(std::memcmp(alone.data<float>(), outs[i].data<float>() + row * N, N * sizeof(float)), 0)
-              << weights << " " << dtype_name(wt) << " row " << row << " alone vs " << what[i];
+        std::vector<Arg> four = args;
+        four[0] = {floats(DType::f32, Shape{4, K}, std::vector<float>(xs.begin() + 3 * K, xs.begin() + 7 * K))};
+        const Tensor some = run_on(*b, linear_node(4, N), four);
+        ASSERT_EQ(std::memcmp(some.data<float>() + 2 * N, outs[0].data<float>() + 5 * N, N * sizeof(float)), 0)
+            << weights << " " << dtype_name(wt) << " row 5 among 4";
       }
-      std::vector<Arg> four = args;
-      four[0] = {floats(DType::f32, Shape{4, K}, std::vector<float>(xs.begin() + 3 * K, xs.begin() + 7 * K))};
-      const Tensor some = run_on(*b, linear_node(4, N), four);
-      ASSERT_EQ(std::memcmp(some.data<float>() + 2 * N, outs[0].data<float>() + 5 * N, N * sizeof(float)), 0)
-          << weights << " " << dtype_name(wt) << " row 5 among 4";
-    }
 }
 
 // Batch invariance of attention: a prompt of L tokens alone (no mask) and left-padded in a batch
