@@ -7,6 +7,8 @@
 #   generate ARCH PRESET N        greedy decoding token-exact (qwen2: with and without the KV cache,
 #                                 and the hooks captured while generating; dream: every algorithm)
 #   errors                        bad tensor-parallel layouts: one line, non-zero exit, no hang
+#   transport                     on one node Open MPI's PML is ob1 without the interconnect probe
+#                                 (one rank and 2), and a user's OMPI_MCA_pml wins
 set -euo pipefail
 sonde=$1; compare=$2; case=$3; shift 3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -69,6 +71,19 @@ errors)
   expect_error heads "5 ranks per model copy but the model has 4 query heads" \
     mpiexec -n 5 --oversubscribe --bind-to none "${mpi[@]}" "$sonde" forward --backend sharded --model m --ids 1,2 --out b.h5 --threads 1
   [ ! -e b.h5 ] || fail "heads: an output file was written"
+  ;;
+transport)
+  mpi=("$@")
+  "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
+  run() { "$@" forward --backend sharded --model m --ids 1,2 --out t.h5 --overwrite --threads 1 > t.log 2>&1 || { cat t.log; fail "$*"; }; }
+  export OMPI_MCA_pml_base_verbose=10
+  probed() { grep -c 'loaded component \(cm\|ucx\)$' t.log || true; }  # cm opens the MTLs, which probe
+  run "$sonde"
+  [ "$(grep -c 'component ob1 selected' t.log)" = 1 ] && [ "$(probed)" = 0 ] || { cat t.log; fail "one rank: not ob1 alone"; }
+  run timeout 60 mpiexec -n 2 --bind-to none "${mpi[@]}" "$sonde"
+  [ "$(grep -c 'component ob1 selected' t.log)" = 2 ] && [ "$(probed)" = 0 ] || { cat t.log; fail "2 ranks: not ob1 alone"; }
+  OMPI_MCA_pml=^ucx run "$sonde"  # the user's choice: every PML but ucx, so cm is opened (and probes)
+  [ "$(grep -c 'components_open: found loaded component cm$' t.log)" = 1 ] || { cat t.log; fail "the user's OMPI_MCA_pml was not used"; }
   ;;
 *) fail "unknown case $case" ;;
 esac
