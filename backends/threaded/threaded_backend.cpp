@@ -176,12 +176,13 @@ TensorView ThreadedBackend::weight(const std::string& name) const {
 // Under q8 a Linear reads the q8 blocks (scales and int8 values), not the source view.
 std::vector<std::span<const std::byte>> ThreadedBackend::weight_storage(const std::string& name) const {
   const TensorView v = weight(name);
-  const Q8Weight* q = q8_ ? q8_for(v) : nullptr;
+  const Q8Weight* q = q8_for(v);
   if (!q) return Backend::weight_storage(name);
   return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(q->data.data()), q->bytes())};
 }
 
 const Q8Weight* ThreadedBackend::q8_for(const TensorView& w) const {
+  if (!q8_) return nullptr;
   auto it = quantised_.find(w.data);
   if (it == quantised_.end() || it->second.N != w.shape[0] || it->second.K != w.shape[1]) return nullptr;
   return &it->second;
@@ -207,7 +208,7 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
   switch (node.op) {
     case OpKind::Embedding: embedding(c, node, in, out); break;
     case OpKind::RmsNorm: rms_norm(c, node, in, out); break;
-    case OpKind::Linear: linear(c, node, in, out, q8_ ? q8_for(in[1]) : nullptr); break;
+    case OpKind::Linear: linear(c, node, in, out, q8_for(in[1])); break;
     case OpKind::Reshape:
     case OpKind::Concat:
     case OpKind::SliceRows: copy_op(node, in, out); break;
@@ -222,7 +223,7 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
   }
   // Only a Linear that streams its weight (few rows: decode) starts a read-ahead; the ops after
   // it continue the one in progress.
-  prefetch_next(node.op == OpKind::Linear && streams(c, out, in[1], q8_ && q8_for(in[1])),
+  prefetch_next(node.op == OpKind::Linear && streams(c, out, in[1], q8_for(in[1]) != nullptr),
                 in.size() > 1 ? in[1] : TensorView());
 }
 
@@ -234,7 +235,7 @@ void ThreadedBackend::run_siblings(std::span<const Node* const> nodes, std::span
   bool together = true;
   for (std::size_t i = 0; i < nodes.size() && together; ++i)
     together = nodes[i]->op == OpKind::Linear && inputs[i].size() >= 2 &&
-               streams(ctx(), outs[i], inputs[i][1], q8_ && q8_for(inputs[i][1]));
+               streams(ctx(), outs[i], inputs[i][1], q8_for(inputs[i][1]) != nullptr);
   if (!together) return Backend::run_siblings(nodes, inputs, outs);
   std::vector<Prepared> prepared;
   prepared.reserve(nodes.size());
@@ -244,7 +245,7 @@ void ThreadedBackend::run_siblings(std::span<const Node* const> nodes, std::span
     check_supported(*nodes[i], inputs[i]);
     prepared.emplace_back(*nodes[i], inputs[i]);
     in.push_back(prepared.back().in);
-    q8.push_back(q8_ ? q8_for(prepared.back().in[1]) : nullptr);
+    q8.push_back(q8_for(prepared.back().in[1]));
     learn_linear(prepared.back().in[1]);
   }
   linear_siblings(ctx(), nodes, in, outs, q8);
@@ -253,7 +254,7 @@ void ThreadedBackend::run_siblings(std::span<const Node* const> nodes, std::span
 
 // The bytes a Linear with this weight reads: its q8 copy when there is one, else the view.
 ThreadedBackend::Bytes ThreadedBackend::streamed_bytes(const TensorView& w) const {
-  if (const Q8Weight* q = q8_ ? q8_for(w) : nullptr)
+  if (const Q8Weight* q = q8_for(w))
     return {q->data.data(), q->bytes()};
   return {static_cast<const unsigned char*>(w.data), static_cast<std::size_t>(w.nbytes())};
 }

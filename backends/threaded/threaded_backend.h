@@ -38,7 +38,7 @@ class ThreadedBackend final : public Backend {
     std::size_t size = 0;
   };
   void check_supported(const Node& node, std::span<const TensorView> inputs) const;
-  const Q8Weight* q8_for(const TensorView& w) const;
+  const Q8Weight* q8_for(const TensorView& w) const;  // null unless --weights q8 made one for w
   Bytes streamed_bytes(const TensorView& w) const;
   void learn_linear(const TensorView& w);
   void prefetch_next(bool start, const TensorView& after);

@@ -232,17 +232,27 @@ template <typename F> void on_every_q8_backend(std::initializer_list<const char*
 // q8 weights on every ISA and every Linear path, at the row counts above: each output is
 // x . dequant(W) to f32 rounding, and within the quantisation bound of the reference's x . W.
 TEST(Threaded, Q8LinearAtEveryRowCountMatchesReference) {
-  on_every_q8_backend({"gemv", "gemm", "auto"}, [](Backend& b) {
-    for (std::int64_t M : kRowCounts) {
-      const std::int64_t K = 67, N = 37;
-      SCOPED_TRACE(fmt::format("M={}", M));
-      const auto args = linear_args(M, K, N, DType::bf16, false, 43);
-      EXPECT_LE(q8_error_vs_arithmetic(b, M, K, N, args), 1.0);
-      const Tensor want = run_on(*make_backend("reference"), linear_node(M, N), args);
-      const Tensor got = run_on(b, linear_node(M, N), args);
-      const auto bound = q8_bounds(args[0].t, args[1].t, M, K, N);
-      const auto g = values(got), r = values(want);
-      for (std::size_t i = 0; i < g.size(); ++i) ASSERT_LE(std::fabs(double(g[i]) - r[i]), bound[i]) << "element " << i;
+  const std::int64_t K = 67, N = 37;
+  struct Case {
+    std::int64_t M;
+    std::vector<Arg> args;
+    std::vector<float> want;     // the reference backend's x . W
+    std::vector<double> bound;   // per element, from q8_bounds
+  };
+  std::vector<Case> cases;  // the reference and the bounds once, not once per backend
+  for (std::int64_t M : kRowCounts) {
+    auto args = linear_args(M, K, N, DType::bf16, false, 43);
+    auto want = values(run_on(*make_backend("reference"), linear_node(M, N), args));
+    auto bound = q8_bounds(args[0].t, args[1].t, M, K, N);
+    cases.push_back({M, std::move(args), std::move(want), std::move(bound)});
+  }
+  on_every_q8_backend({"gemv", "gemm", "auto"}, [&](Backend& b) {
+    for (const auto& c : cases) {
+      SCOPED_TRACE(fmt::format("M={}", c.M));
+      EXPECT_LE(q8_error_vs_arithmetic(b, c.M, K, N, c.args), 1.0);
+      const auto g = values(run_on(b, linear_node(c.M, N), c.args));
+      for (std::size_t i = 0; i < g.size(); ++i)
+        ASSERT_LE(std::fabs(double(g[i]) - c.want[i]), c.bound[i]) << "element " << i;
     }
   });
 }

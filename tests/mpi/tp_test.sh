@@ -80,7 +80,9 @@ transport)
   probed() { grep -c 'loaded component \(cm\|ucx\)$' t.log || true; }  # cm opens the MTLs, which probe
   run "$sonde"
   [ "$(grep -c 'component ob1 selected' t.log)" = 1 ] && [ "$(probed)" = 0 ] || { cat t.log; fail "one rank: not ob1 alone"; }
-  run timeout 60 mpiexec -n 2 --bind-to none "${mpi[@]}" "$sonde"
+  # Each rank's output to a file of its own: through mpiexec the two ranks' lines can interleave.
+  run timeout 60 mpiexec -n 2 --bind-to none --output-filename ranks "${mpi[@]}" "$sonde"
+  cat ranks/1/rank.*/std* > t.log
   [ "$(grep -c 'component ob1 selected' t.log)" = 2 ] && [ "$(probed)" = 0 ] || { cat t.log; fail "2 ranks: not ob1 alone"; }
   OMPI_MCA_pml=^ucx run "$sonde"  # the user's choice: every PML but ucx, so cm is opened (and probes)
   [ "$(grep -c 'components_open: found loaded component cm$' t.log)" = 1 ] || { cat t.log; fail "the user's OMPI_MCA_pml was not used"; }
