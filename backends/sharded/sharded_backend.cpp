@@ -52,7 +52,7 @@ void use_a_private_session_dir() {
 void skip_interconnect_probe_on_one_node() {
   const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const bool one_node = started_by_a_launcher() ? size != nullptr && local != nullptr && std::string(size) == local : true;
+  const bool one_node = !started_by_a_launcher() || (size != nullptr && local != nullptr && std::string(size) == local);
   if (one_node) ::setenv("OMPI_MCA_pml", "ob1", 0);
 }
 
