@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <thread>
@@ -54,6 +55,7 @@ void usage(std::ostream& os) {
   std::cerr << "sonde " << cmd << ": error: " << (job.rank() ? fmt::format("rank {}: ", job.rank()) : "") << what << "\n";
   std::cerr.flush();
   job.abort(code);
+  std::_Exit(code);  // abort() does not return; GCC does not carry [[noreturn]] through a virtual call
 }
 
 int main(int argc, char** argv) {

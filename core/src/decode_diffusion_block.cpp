@@ -45,7 +45,7 @@ struct BlockLoop {
   bool sched = false;
   bool cached = false;                   // block-cache or dual-cache
   std::int64_t cache_block = -1;         // the block whose start refreshed the cache
-  std::vector<std::int64_t> row_steps;   // cached without a schedule: each row's working steps
+  std::vector<std::int64_t> row_steps{};  // cached without a schedule: each row's working steps
   std::int64_t in_block = 0;             // cached: steps since the batch's block started
 
   std::uint64_t seed(std::int64_t r) const { return o.seeds.empty() ? 0 : o.seeds.at(static_cast<std::size_t>(r)); }

@@ -13,7 +13,7 @@ void WriteQueue::push(std::size_t bytes, Job job) {
   std::unique_lock lock(mu_);
   rethrow_locked();
   ++waiting_;
-  has_room_.wait(lock, [&] { return failed_ || stopping_ || items_.empty() && !busy_ || bytes_ + bytes <= max_bytes_; });
+  has_room_.wait(lock, [&] { return failed_ || stopping_ || (items_.empty() && !busy_) || bytes_ + bytes <= max_bytes_; });
   --waiting_;
   rethrow_locked();
   if (stopping_) throw Error(ErrorKind::Runtime, "HDF5 sink: the writer thread has stopped");
@@ -25,7 +25,7 @@ void WriteQueue::push(std::size_t bytes, Job job) {
 
 void WriteQueue::drain() {
   std::unique_lock lock(mu_);
-  idle_.wait(lock, [&] { return failed_ || stopping_ || items_.empty() && !busy_; });
+  idle_.wait(lock, [&] { return failed_ || stopping_ || (items_.empty() && !busy_); });
   rethrow_locked();
 }
 

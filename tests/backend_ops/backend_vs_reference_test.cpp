@@ -198,7 +198,7 @@ TEST_P(BackendOps, SliceRows) {
     const std::vector<Arg> args{{random_tensor(DType::f32, Shape{B, T, 3, 5}, 31)}};
     compare(node, args);
     std::vector<DType> dtypes{DType::f32};
-    if (backend_->supports(node, dtypes)) EXPECT_EQ(values(run_on(*backend_, node, args)), values(run_on(*reference_, node, args)));
+    if (backend_->supports(node, dtypes)) { EXPECT_EQ(values(run_on(*backend_, node, args)), values(run_on(*reference_, node, args))); }
   }
 }
 

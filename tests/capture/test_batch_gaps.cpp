@@ -348,7 +348,7 @@ TEST(BatchDiffusion, StepsFollowTheScheduleAndEveryCaptureModeIsConsistent) {
         EXPECT_TRUE(std::equal(prompts[p].begin(), prompts[p].end(), after.begin())) << "prompt slots changed";
         std::int64_t revealed = 0;
         for (std::size_t j = T; j < L; ++j) {
-          if (before[j] != mask) EXPECT_EQ(after[j], before[j]) << "slot " << j << " changed after it was revealed";
+          if (before[j] != mask) { EXPECT_EQ(after[j], before[j]) << "slot " << j << " changed after it was revealed"; }
           if (before[j] == mask && after[j] != mask) ++revealed;
         }
         EXPECT_EQ(revealed, k[static_cast<std::size_t>(s)]) << "prompt " << p << " step " << s;

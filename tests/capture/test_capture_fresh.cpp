@@ -120,7 +120,7 @@ TEST_P(CaptureFresh, ReusedRowsAreMarkedAndHoldTheValuesOfTheStepThatComputedThe
     bool computed = !cached || refresh || pos >= lo - 1;
     if (c.mode == "dual-cache" && !refresh) computed = computed && pos < lo + kBlock;
     ASSERT_EQ(rows.fresh[i], computed ? 1 : 0);
-    if (rows.kind[i] == 4) EXPECT_EQ(rows.fresh[i], 1);  // committed slots are always computed
+    if (rows.kind[i] == 4) { EXPECT_EQ(rows.fresh[i], 1); }  // committed slots are always computed
     if (computed) {
       EXPECT_EQ(rows.computed[i], step);
       continue;

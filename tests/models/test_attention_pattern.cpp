@@ -31,8 +31,8 @@ TEST_P(AttentionPatternHook, RowsAreSoftmaxOverVisibleKeysAndReproduceZ) {
     for (std::int64_t h = 0; h < nh; ++h) {
       double sum = 0;
       for (std::int64_t u = 0; u < T; ++u) {
-        if (causal && u > t) EXPECT_EQ(P(t, h, u), 0.0) << "causal: query " << t << " sees key " << u;
-        if (!causal) EXPECT_GT(P(t, h, u), 0.0) << "bidirectional: every key is visible";
+        if (causal && u > t) { EXPECT_EQ(P(t, h, u), 0.0) << "causal: query " << t << " sees key " << u; }
+        if (!causal) { EXPECT_GT(P(t, h, u), 0.0) << "bidirectional: every key is visible"; }
         sum += P(t, h, u);
       }
       EXPECT_NEAR(sum, 1.0, 1e-5);

@@ -48,9 +48,10 @@ TEST(DiffusionStateHooks, WrittenPerRowAndConsistentWithTheSchedule) {
   std::vector<std::int64_t> per_step(static_cast<std::size_t>(n), 0);
   for (std::size_t i = 0; i < step.size(); ++i) {
     per_step.at(static_cast<std::size_t>(step[i])) += static_cast<std::int64_t>(transfer.values[i]);
-    if (step[i] == n - 1 && pos[i] >= prompt_len)  // after the last step the canvas is the completion
+    if (step[i] == n - 1 && pos[i] >= prompt_len) {  // after the last step the canvas is the completion
       EXPECT_EQ(tokens.values[i], completion.at(static_cast<std::size_t>(pos[i] - prompt_len)));
-    if (transfer.values[i] == 1) EXPECT_TRUE(std::isfinite(conf.values[i])) << "a committed slot has a confidence";
+    }
+    if (transfer.values[i] == 1) { EXPECT_TRUE(std::isfinite(conf.values[i])) << "a committed slot has a confidence"; }
   }
   EXPECT_EQ(per_step, schedule(n, n));
 

@@ -161,9 +161,9 @@ TEST(DiffusionCache, LockstepRowDecodesAloneAsInABatch) {
       std::int64_t waits = 0;
       const auto both = diffusion_generate(m, {{1, 2, 3, 4}, {5}}, o, [&](const DiffusionStep& s) {
         for (std::size_t r = 0; r < 2; ++r) waits += s.block[r] >= 0 && s.transfer[r].empty();
-        if (s.block[0] >= 0 && s.block[1] >= 0) EXPECT_EQ(s.block[0], s.block[1]);  // one block for the batch
+        if (s.block[0] >= 0 && s.block[1] >= 0) { EXPECT_EQ(s.block[0], s.block[1]); }  // one block for the batch
       });
-      if (alg == DiffusionAlg::ConfidenceThreshold) EXPECT_GT(waits, 0) << "the case should make a row wait";
+      if (alg == DiffusionAlg::ConfidenceThreshold) { EXPECT_GT(waits, 0) << "the case should make a row wait"; }
       for (std::size_t r = 0; r < 2; ++r) {
         auto one = o;
         one.seeds = {o.seeds[r]};
