@@ -202,11 +202,13 @@ void generate_on_engine(RunModel& s, EngineModel& em, const std::vector<Prepared
   auto last_checkpoint = Clock::now();
   std::int64_t since_checkpoint = 0, next_submit = start, next = start;
   while (next < total) {
-    for (EngineStats st = engine.stats(); next_submit < total && st.running + st.waiting < eo.slots; ++st.waiting)
-      submit(next_submit++);
+    // A request that has ended frees its slot at the engine's next step, when the next one joins.
+    std::int64_t in_flight = 0;
+    for (std::int64_t i = next; i < next_submit; ++i) in_flight += handles[static_cast<std::size_t>(i)]->done() ? 0 : 1;
+    for (; next_submit < total && in_flight < eo.slots; ++in_flight) submit(next_submit++);
     engine.step();
     bool wrote = false;
-    for (; next < total && handles[static_cast<std::size_t>(next)]->done(); ++next, wrote = true) {
+    for (; next < next_submit && handles[static_cast<std::size_t>(next)]->done(); ++next, wrote = true) {
       const EngineResult r = handles[static_cast<std::size_t>(next)]->wait();
       if (r.finish_reason == "error") throw Error(static_cast<ErrorKind>(r.error_kind), r.error);
       Generated& g = *made[static_cast<std::size_t>(next)];

@@ -187,6 +187,7 @@ class Engine {
   friend class EngineSeqForward;
   void admit_locked(std::vector<EngineSeq*>& started);
   void start_thread(EngineSeq* s);
+  std::vector<std::unique_ptr<EngineSeq>> take_ended_locked();  // under mu_
   void retire(std::vector<std::unique_ptr<EngineSeq>>& gone);
   void serve(std::vector<EngineSeq*>& parked);
   void serve_decode(std::vector<EngineSeq*>& seqs);
