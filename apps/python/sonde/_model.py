@@ -258,7 +258,7 @@ class Model:
         return Generation(self._run(reqs, options))
 
     def engine(self, slots=8, max_waiting=256, max_context=2048, prefill_chunk=256):
-        """Configures the step-level engine that runs submitted requests (docs/engine.md): `slots`
+        """Configures the step-level engine that runs submitted requests (docs/python.md): `slots`
         sequences at once, at most `max_waiting` queued behind them (submit refuses more), each of
         at most `max_context` tokens (prompt + new), prompts prefilled `prefill_chunk` tokens a
         step. Makes it now (its KV cache: slots x max_context); without this call the first submit

@@ -2,7 +2,7 @@
 
 import asyncio
 import json
-from collections import namedtuple
+from collections import deque, namedtuple
 
 from . import _sonde
 
@@ -26,8 +26,9 @@ class Handle:
 
     def __init__(self, submitted):
         self._s = submitted
-        self._items = []
+        self._items = deque()
         self._ended = False
+        self._completion = None
 
     def __repr__(self):
         state = "done" if self.done() else "running"
@@ -63,7 +64,7 @@ class Handle:
             raise
 
     def _pop(self):
-        step, value = self._items.pop(0)
+        step, value = self._items.popleft()
         return value
 
     def __iter__(self):
@@ -79,8 +80,10 @@ class Handle:
     def result(self):
         """Waits for the end; returns the Completion. A request that failed raises sonde.BadInput
         or sonde.RuntimeFailure with its message. Ctrl-C while waiting cancels the request."""
-        self._wait(until_item=False)
-        return Completion(**_completion(self._s.result()))
+        if self._completion is None:
+            self._wait(until_item=False)
+            self._completion = Completion(**_completion(self._s.result()))
+        return self._completion
 
     # ---- asyncio: the stream's pipe wakes the event loop; no thread waits --------------------------
 
