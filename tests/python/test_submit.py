@@ -73,17 +73,20 @@ def test_text_prompt_messages_and_stop_equal_generate(qwen):
     assert res.tokens.tolist() == g.tokens[0].tolist() and res.prompt_ids.tolist() == g.prompt_ids[0].tolist()
 
 
-def test_short_finishes_first_while_long_runs(qwen):
-    long = qwen.submit(PROMPT, max_new_tokens=LONG, temperature=0.7, seed=5)
+def test_short_finishes_first_while_long_runs(models):
+    model = sonde.Model(models["qwen2"])
+    model.engine(max_context=5000)
+    n = 4000  # a second or more of steps after the short one has ended
+    long = model.submit(PROMPT, max_new_tokens=n, temperature=0.7, seed=5)
     first = next(long)  # the long one is running
-    short = qwen.submit([9, 10, 11], max_new_tokens=6)
+    short = model.submit([9, 10, 11], max_new_tokens=6)
     res = short.result()
     assert not long.done(), "the long request ended before the short one that came after it"
-    assert qwen.engine_stats()["running"] >= 1
-    assert_equals_solo(qwen, res, [9, 10, 11], max_new_tokens=6)
+    assert model.engine_stats()["running"] >= 1
+    assert_equals_solo(model, res, [9, 10, 11], max_new_tokens=6)
     full = long.result()
-    assert full.tokens[0] == first
-    assert_equals_solo(qwen, full, PROMPT, max_new_tokens=LONG, temperature=0.7, seed=5)
+    assert full.tokens[0] == first and full.finish_reason == "length"
+    assert_equals_solo(model, full, PROMPT, max_new_tokens=n, temperature=0.7, seed=5)
     assert full.first_seconds >= 0 and full.end_seconds > res.end_seconds
 
 
@@ -170,17 +173,23 @@ async def _await(h):
     return await h
 
 
-def steer_edit(model, path, scale=8.0):
+def steer_edit(model, path, scale=2.0):
+    """An edit that changes the tokens at every step (a larger scale locks the tiny model into one
+    token from the prompt on, and the generated rows' edits would go unseen)."""
     v = np.linspace(-1, 1, model.config["hidden_size"], dtype=np.float32)
     np.save(path, v)
     return {"hook": "blocks.0.hook_resid_post", "op": "add", "vector": str(path), "scale": scale}
+
+
+def prompt_only(edit):
+    return dict(edit, positions="prompt")
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "dream"])
 def test_steered_and_unsteered_at_once(models, tmp_path, arch):
     model = sonde.Model(models[arch])
     edit = steer_edit(model, tmp_path / "v.npy")
-    s = dict(max_new_tokens=24) if arch == "qwen2" else dict(max_new_tokens=8, steps=8)
+    s = dict(max_new_tokens=64, temperature=0.7, seed=4) if arch == "qwen2" else dict(max_new_tokens=8, steps=8)
     plain = [model.submit(ids=PROMPT, **s), model.submit(ids=[9, 10, 11], **s)]
     steered = model.submit(ids=PROMPT, edits=[edit], **s)
     with model.edits([edit]):
@@ -189,22 +198,31 @@ def test_steered_and_unsteered_at_once(models, tmp_path, arch):
     assert plain[0].result().tokens.tolist() == solo(model, PROMPT, **s)[0]
     assert plain[1].result().tokens.tolist() == solo(model, [9, 10, 11], **s)[0]
     assert want_steered != solo(model, PROMPT, **s)[0]  # the edit changes the tokens
+    if arch == "qwen2":  # at the generated rows too
+        with model.edits([prompt_only(edit)]):
+            assert model.generate([PROMPT], **s).tokens[0].tolist() != want_steered
 
 
 def test_generate_while_submitted_requests_run(models, tmp_path):
     """generate() shares the Session with the engine: the submitted requests pause for it, and
     neither sees the other's edits."""
     model = sonde.Model(models["qwen2"])
+    model.engine(max_context=4000)
     edit = steer_edit(model, tmp_path / "v.npy")
-    steered = model.submit(PROMPT, max_new_tokens=400, edits=[edit], temperature=0.7, seed=2)
-    plain = model.submit([9, 10], max_new_tokens=400, temperature=0.7, seed=3)
+    n = 3000
+    steered = model.submit(PROMPT, max_new_tokens=n, edits=[edit], temperature=0.7, seed=2)
+    plain = model.submit([9, 10], max_new_tokens=n, temperature=0.7, seed=3)
     next(steered), next(plain)
     mid = model.generate([[30, 31]], max_new_tokens=10).tokens[0].tolist()
     with model.edits([edit]):
         mid_steered = model.generate([[30, 31]], max_new_tokens=10).tokens[0].tolist()
-        want_steered = model.generate([PROMPT], max_new_tokens=400, temperature=0.7, seed=2).tokens[0].tolist()
+    assert not steered.done() and not plain.done()  # the generate() calls came in the middle
+    with model.edits([edit]):
+        want_steered = model.generate([PROMPT], max_new_tokens=n, temperature=0.7, seed=2).tokens[0].tolist()
+    with model.edits([prompt_only(edit)]):  # the edit at the generated rows changes the tokens
+        assert model.generate([PROMPT], max_new_tokens=n, temperature=0.7, seed=2).tokens[0].tolist() != want_steered
     assert steered.result().tokens.tolist() == want_steered
-    assert plain.result().tokens.tolist() == solo(model, [9, 10], max_new_tokens=400, temperature=0.7, seed=3)[0]
+    assert plain.result().tokens.tolist() == solo(model, [9, 10], max_new_tokens=n, temperature=0.7, seed=3)[0]
     assert mid == solo(model, [30, 31], max_new_tokens=10)[0] and mid != mid_steered
 
 
@@ -262,9 +280,9 @@ def test_bad_input(models, qwen):
         qwen.submit("a", temprature=1)
 
     model = sonde.Model(models["qwen2"])
-    model.engine(slots=1, max_waiting=1)
+    model.engine(slots=1, max_waiting=1, max_context=20000)
     assert model.engine_stats()["submitted"] == 0
-    running = model.submit(PROMPT, max_new_tokens=LONG)
+    running = model.submit(PROMPT, max_new_tokens=19000)  # seconds: it runs until cancelled
     next(running)
     waiting = model.submit([9, 10], max_new_tokens=4)
     with pytest.raises(sonde.BadInput, match=r"1 requests are waiting \(max_waiting 1\)"):
