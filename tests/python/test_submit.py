@@ -209,7 +209,7 @@ def test_generate_while_submitted_requests_run(models, tmp_path):
     model = sonde.Model(models["qwen2"])
     model.engine(max_context=4000)
     edit = steer_edit(model, tmp_path / "v.npy")
-    n = 3000
+    n = 2000
     steered = model.submit(PROMPT, max_new_tokens=n, edits=[edit], temperature=0.7, seed=2)
     plain = model.submit([9, 10], max_new_tokens=n, temperature=0.7, seed=3)
     next(steered), next(plain)
@@ -274,6 +274,10 @@ def test_bad_input(models, qwen):
         qwen.submit([5, 99999])
     with pytest.raises(sonde.BadInput, match="temperature"):
         qwen.submit(PROMPT, temperature=-1)
+    with pytest.raises(sonde.BadInput, match="matches no hook point"):
+        qwen.submit(PROMPT, hooks="blocks.9.nothing")
+    with pytest.raises(sonde.BadInput, match="hook_pattern"):
+        qwen.submit(PROMPT, hooks="blocks.0.attn.hook_pattern")
     with pytest.raises(TypeError, match="one of prompt, ids or messages"):
         qwen.submit("a", ids=[1])
     with pytest.raises(TypeError, match="unknown argument 'temprature'"):
@@ -304,3 +308,37 @@ def test_a_handle_outlives_its_model(models):
     del model
     h.cancel()
     assert h.result().finish_reason == "cancelled"
+
+
+CTRL_C = """
+import sys, time, sonde
+model = sonde.Model(sys.argv[1])
+model.engine(max_context=30000)
+other = model.submit([9, 10], max_new_tokens=20)
+h = model.submit([5, 6, 7], max_new_tokens=29000)
+next(h)
+print("ready", flush=True)
+started = time.monotonic()
+try:
+    h.result()  # the interrupt comes after 1 s, inside this wait
+    print("finished", flush=True)
+except KeyboardInterrupt:
+    print("interrupted after %.1f s" % (time.monotonic() - started), flush=True)
+    print("cancelled" if h.result().finish_reason == "cancelled" else "not cancelled", flush=True)
+    print("other", other.result().finish_reason, flush=True)
+    print("usable", len(model.submit([5, 6], max_new_tokens=2).result().tokens), flush=True)
+"""
+
+
+def test_ctrl_c_while_waiting_cancels_the_request(models):
+    import os
+    import signal
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-c", CTRL_C, models["qwen2"]], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=os.environ)
+    assert p.stdout.readline().strip() == "ready"
+    threading.Timer(1.0, lambda: p.send_signal(signal.SIGINT)).start()
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, (out, err)
+    assert "interrupted after" in out and "\ncancelled" in out and ("other length" in out or "other eos" in out) and "usable 2" in out, (out, err)

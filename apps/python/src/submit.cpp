@@ -3,7 +3,6 @@
 #include "options.h"
 
 #include <sonde/error.h>
-#include <sonde/hooks.h>
 #include <sonde/run.h>
 
 #include <fcntl.h>
@@ -194,8 +193,9 @@ std::unique_ptr<Submitted> submit(std::shared_ptr<Loaded> model, const std::stri
   const std::int64_t new_tokens = out->diffusion ? q.diffusion.max_new_tokens : q.ar.max_new_tokens;
 
   if (!spec.options.capture.hooks.empty()) {
-    for (const auto& h : HookSelector::parse(spec.options.capture.hooks).resolve(s.hook_points(), s.config().num_hidden_layers))
-      q.hooks.push_back(h.name);
+    // As generate() resolves them; attention patterns are refused (their keys in a shared forward
+    // would be the shared cache's).
+    for (const auto& h : make_capture_spec(view, spec.options.capture).hooks) q.hooks.push_back(h.name);
     // Each generated token's rows too: one more forward over the last one, as generate's capture.
     q.ar.feed_last = !out->diffusion;
   }
