@@ -144,15 +144,39 @@ pb::object event_object(const Event& e) {
 }
 
 // A Python hook that raised: its exception, re-raised by Job.result() as the cause of a
-// sonde.HookError naming the hook.
-struct PyHookError {
+// sonde.HookError naming the hook. A std::exception, as it may leave a request's loop on the
+// engine's threads, which keep only its message: the job's HookFailure keeps the rest.
+struct PyHookError : std::exception {
+  PyHookError(std::string h, pb::error_already_set e)
+      : hook(std::move(h)), error(std::move(e)), message("hook '" + hook + "' raised " + error.what()) {}
+  const char* what() const noexcept override { return message.c_str(); }
   std::string hook;
   pb::error_already_set error;
+  std::string message;
+};
+
+// The first hook error of a job, whichever thread it was raised on.
+struct HookFailure {
+  std::mutex mu;
+  std::optional<PyHookError> first;
+  [[noreturn]] void raise(PyHookError e) {
+    {
+      std::lock_guard lock(mu);
+      if (!first) first.emplace(e);
+    }
+    throw e;
+  }
 };
 
 pb::object& hook_error_type() {
   static pb::object t;
   return t;
+}
+
+[[noreturn]] void raise_hook_error(PyHookError& h) {
+  h.error.restore();
+  pb::raise_from(hook_error_type().ptr(), h.message.c_str());
+  throw pb::error_already_set();
 }
 
 // A view of `v` for Python without a copy: valid only while the hook runs (the executor owns it).
@@ -167,12 +191,12 @@ pb::array borrowed(const TensorView& v, pb::dtype dt) {
 }
 
 // fn(x, ctx) at the hook's node: x the writable [B, T, *row] f32 value; a returned array replaces it.
-EditFn host_fn(pb::object fn) {
+EditFn host_fn(pb::object fn, std::shared_ptr<HookFailure> failure) {
   auto held = std::shared_ptr<pb::object>(new pb::object(std::move(fn)), [](pb::object* o) {
     pb::gil_scoped_acquire gil;
     delete o;
   });
-  return [held](const HostEditContext& c) {
+  return [held, failure](const HostEditContext& c) {
     pb::gil_scoped_acquire gil;
     try {
       pb::array x = borrowed(c.value, pb::dtype::of<float>());
@@ -192,10 +216,10 @@ EditFn host_fn(pb::object fn) {
       }
       std::copy(r.data(), r.data() + r.size(), static_cast<float*>(c.value.data));
     } catch (pb::error_already_set& e) {
-      throw PyHookError{c.hook, std::move(e)};
+      failure->raise(PyHookError(c.hook, std::move(e)));
     } catch (const std::exception& e) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
-      throw PyHookError{c.hook, pb::error_already_set()};
+      failure->raise(PyHookError(c.hook, pb::error_already_set()));
     }
   };
 }
@@ -215,6 +239,7 @@ struct PythonThread {
 // A started run: the Job and, when it has ended, its outcome.
 struct PyJob {
   std::shared_ptr<Loaded> engine;
+  std::shared_ptr<HookFailure> hook_failure = std::make_shared<HookFailure>();
   std::unique_ptr<Outcome> outcome = std::make_unique<Outcome>();
   std::unique_ptr<Job> job;
   ~PyJob() {  // joining the worker, which may need the GIL to finish
@@ -235,7 +260,7 @@ std::unique_ptr<PyJob> start(std::shared_ptr<Loaded> engine, const std::string& 
     e.hook = t[0].cast<std::string>();
     e.where = "hooks: " + e.hook;
     e.op = "host";
-    e.fn = host_fn(pb::reinterpret_borrow<pb::object>(t[1]));
+    e.fn = host_fn(pb::reinterpret_borrow<pb::object>(t[1]), pj->hook_failure);
     e.positions = nlohmann::json::parse(t[2].cast<std::string>());
     e.steps = t[3].cast<std::string>();
     spec->options.edits.push_back(std::move(e));
@@ -498,9 +523,15 @@ PYBIND11_MODULE(_sonde, m) {
           pb::gil_scoped_release nogil;
           j.job->join();
         } catch (PyHookError& h) {
-          h.error.restore();
-          pb::raise_from(hook_error_type().ptr(), ("hook '" + h.hook + "' raised " + h.error.what()).c_str());
-          throw pb::error_already_set();
+          raise_hook_error(h);
+        } catch (const Error&) {  // a hook's error as a request on the engine ended with it
+          std::optional<PyHookError> h;
+          {
+            std::lock_guard lock(j.hook_failure->mu);
+            h = j.hook_failure->first;
+          }
+          if (h) raise_hook_error(*h);
+          throw;
         }
         return outcome_dict(*j.outcome);
       });
