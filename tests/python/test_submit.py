@@ -3,6 +3,7 @@ model.generate for the same prompt, settings and seed; iteration, cancel, asynci
 edits and hooks, refusals, several submitting threads."""
 
 import asyncio
+import os
 import threading
 import time
 
@@ -139,16 +140,22 @@ def test_asyncio_gather_and_async_for(qwen, dream):
     prompts = [([5, 6, 7], dict(max_new_tokens=20)), ([8, 9], dict(max_new_tokens=7, temperature=0.8, seed=3)),
                ([1, 2, 3, 4], dict(max_new_tokens=12, temperature=1.2, top_k=5, seed=1))]
 
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+
     async def main():
+        fds = [open_fds()]
         handles = [qwen.submit(p, **s) for p, s in prompts]
         results = await asyncio.gather(*handles)
+        fds.append(open_fds())
         streamed = []
         h = dream.submit(ids=PROMPT, max_new_tokens=6, steps=3)
         async for canvas in h:
             streamed.append(canvas.tolist())
-        return results, streamed, await h
+        return results, streamed, await h, fds
 
-    results, streamed, dres = asyncio.run(main())
+    results, streamed, dres, fds = asyncio.run(main())
+    assert fds[1] == fds[0], fds  # the handles' pipes are closed at their end, not when they go
     for (p, s), res in zip(prompts, results):
         assert_equals_solo(qwen, res, p, **s)
     assert streamed == [c.tolist() for c in dres.history]

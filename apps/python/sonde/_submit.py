@@ -107,7 +107,10 @@ class Handle:
             while True:
                 self._s.drain()
                 self._take(0)
-                if self._ended or (until_item and self._items):
+                if self._ended:
+                    self._s.close_pipe()  # two file descriptors fewer per awaited request
+                    return
+                if until_item and self._items:
                     return
                 await self._readable()
         except asyncio.CancelledError:

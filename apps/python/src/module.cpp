@@ -494,6 +494,7 @@ PYBIND11_MODULE(_sonde, m) {
            "seconds"_a)
       .def("fileno", [](Submitted& s) { return s.stream->fileno(); })
       .def("drain", [](Submitted& s) { s.stream->drain(); })
+      .def("close_pipe", [](Submitted& s) { s.stream->close_pipe(); })
       .def("done", [](Submitted& s) { return s.handle->done(); })
       .def("cancel",
            [](Submitted& s) {

@@ -88,6 +88,13 @@ void Stream::drain() {
   }
 }
 
+void Stream::close_pipe() {
+  std::lock_guard lock(mu_);
+  if (!ended_) return;
+  for (int& fd : pipe_)
+    if (fd >= 0) ::close(std::exchange(fd, -1));
+}
+
 std::vector<std::int32_t> Stream::tokens() const {
   std::lock_guard lock(mu_);
   return tokens_;

@@ -42,9 +42,11 @@ class Stream {
   // The reader's: waits up to `seconds` for unread items or the end (0: does not wait); returns
   // them and whether the end has come after them.
   std::vector<StreamItem> take(double seconds, bool& ended);
-  // The pipe's read end (non-blocking), made on first call; drain() empties it.
+  // The pipe's read end (non-blocking), made on first call; drain() empties it; close_pipe()
+  // closes it once the end has come (nothing writes after the end).
   int fileno();
   void drain();
+  void close_pipe();
 
   // Kept for the result: every token, every canvas, each hook's rows per forward.
   std::vector<std::int32_t> tokens() const;
