@@ -254,6 +254,10 @@ void Engine::start_thread(EngineSeq* s) {
       r.finish_reason = "error";
       r.error = e.what();
       r.error_kind = 1;
+    } catch (...) {  // a front end's own exception type: the request fails, the process goes on
+      r.finish_reason = "error";
+      r.error = "the request's loop threw an exception that is not a std::exception";
+      r.error_kind = 1;
     }
     if (r.prompt.empty()) r.prompt = s->req.prompt;
     std::unique_lock lk(mu_);
