@@ -150,16 +150,21 @@ void edit_feeds(const std::vector<Edit>& edits, const EditCall& call, std::int64
   const auto prompt_len = [&](std::int64_t b) {
     return call.prompt_len.empty() ? std::int64_t{1} << 62 : call.prompt_len.at(static_cast<std::size_t>(b));
   };
+  const auto step_of = [&](std::int64_t b) {
+    return call.row_step.empty() ? call.step : call.row_step.at(static_cast<std::size_t>(b));
+  };
+  const auto mine = [&](const Edit& e, std::int64_t b) {
+    return e.owner < 0 || call.row_owner.empty() || call.row_owner.at(static_cast<std::size_t>(b)) == e.owner;
+  };
   for (std::size_t k = 0; k < edits.size(); ++k) {
     const Edit& e = edits[k];
     const std::int64_t G = e.groups;
     Tensor& sel = storage.emplace_back(DType::u8, Shape{B, T, G});
     auto* s = sel.data<std::uint8_t>();
-    const bool step_on = e.steps.contains(call.step);
     for (std::int64_t b = 0; b < B; ++b)
       for (std::int64_t t = 0; t < T; ++t) {
         const std::int64_t pos = positions[static_cast<std::size_t>(b * T + t)];
-        const bool on = step_on && real(b, t) && e.positions.contains(pos, prompt_len(b));
+        const bool on = mine(e, b) && e.steps.contains(step_of(b)) && real(b, t) && e.positions.contains(pos, prompt_len(b));
         for (std::int64_t g = 0; g < G; ++g)
           s[(b * T + t) * G + g] =
               on && (e.heads.empty() || std::find(e.heads.begin(), e.heads.end(), g) != e.heads.end());
@@ -168,7 +173,14 @@ void edit_feeds(const std::vector<Edit>& edits, const EditCall& call, std::int64
     if (e.op == EditOp::Host) {
       feeds[feed_name(k, "pos")] = TensorView(const_cast<std::int32_t*>(positions.data()), DType::i32, Shape{B, T});
       Tensor& step = storage.emplace_back(DType::i32, Shape{1});
-      step.data<std::int32_t>()[0] = static_cast<std::int32_t>(call.step);
+      // A host function sees one step: that of the first row it owns (its request's).
+      std::int64_t at = call.step;
+      for (std::int64_t b = 0; b < B; ++b)
+        if (mine(e, b)) {
+          at = step_of(b);
+          break;
+        }
+      step.data<std::int32_t>()[0] = static_cast<std::int32_t>(at);
       feeds[feed_name(k, "step")] = step.view();
     } else if (e.op == EditOp::Patch) {
       const std::int64_t E = e.patch->row_elems();
@@ -179,8 +191,9 @@ void edit_feeds(const std::vector<Edit>& edits, const EditCall& call, std::int64
         if (!any) continue;
         const std::string& id = call.prompt_id.at(static_cast<std::size_t>(r / T));
         const std::int64_t pos = positions[static_cast<std::size_t>(r)];
-        const float* src = e.patch->row(id, pos, call.step);
-        if (!src) runtime_error("patch of '{}': the source has no row for prompt '{}' at position {} (step {})", e.hook, id, pos, call.step);
+        const std::int64_t step = step_of(r / T);
+        const float* src = e.patch->row(id, pos, step);
+        if (!src) runtime_error("patch of '{}': the source has no row for prompt '{}' at position {} (step {})", e.hook, id, pos, step);
         std::memcpy(v.data<float>() + r * E, src, static_cast<std::size_t>(E) * sizeof(float));
       }
       feeds[feed_name(k, "v")] = v.view();

@@ -34,9 +34,11 @@ void copy_rows(Tensor& dst, std::int64_t to, const Tensor& src, std::int64_t fro
                 static_cast<std::size_t>(n * row) * sizeof(float));
 }
 
-// The first `past` slots of a [B, cap, nkv, d] cache as a [B, past, nkv, d] strided view.
-TensorView past_view(const Tensor& cache, std::int64_t past) {
+// The first `past` slots of the first `batch` rows of a [B, cap, nkv, d] cache as a
+// [batch, past, nkv, d] strided view.
+TensorView past_view(const Tensor& cache, std::int64_t past, std::int64_t batch) {
   TensorView v = cache.view();
+  v.shape[0] = batch;
   v.shape[1] = past;  // strides stay those of the full buffer
   return v;
 }
@@ -96,7 +98,8 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
                                const Executor::Tap& tap, bool need_logits) {
   check_ids(in);
   const std::int64_t P = cache.filled, T = in.tokens;
-  if (in.batch != cache.batch) runtime_error("forward_cached: batch {} but the cache holds {}", in.batch, cache.batch);
+  // A cache of more rows serves a batch of its first in.batch rows (the engine's shared cache).
+  if (in.batch > cache.batch) runtime_error("forward_cached: batch {} but the cache holds {}", in.batch, cache.batch);
   if (P + T > cache.capacity) runtime_error("forward_cached: {} + {} slots exceed the cache capacity {}", P, T, cache.capacity);
   if (static_cast<std::int64_t>(in.positions.size()) != in.batch * T)
     runtime_error("forward_cached: {} positions for {} ids", in.positions.size(), in.batch * T);
@@ -120,8 +123,8 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   if (!in.mask.empty())
     feeds["mask"] = TensorView(const_cast<std::uint8_t*>(in.mask.data()), DType::u8, Shape{in.batch, P + T});
   for (std::size_t i = 0; P > 0 && i < info_.past_k.size(); ++i) {
-    feeds[info_.past_k[i]] = past_view(cache.k[i], P);
-    feeds[info_.past_v[i]] = past_view(cache.v[i], P);
+    feeds[info_.past_k[i]] = past_view(cache.k[i], P, in.batch);
+    feeds[info_.past_v[i]] = past_view(cache.v[i], P, in.batch);
   }
   // Each layer's keys and values, past then new, are written where they belong: the cache's
   // first P + T slots (the executor takes the view when it is contiguous, i.e. for one row), so
@@ -132,7 +135,7 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   std::vector<std::pair<int, TensorView>> placed;
   for (std::size_t i = 0; P > 0 && i < pg.kv_concats.size(); ++i) {
     const auto& c = pg.kv_concats[i];
-    placed.emplace_back(c.node, past_view(c.is_v ? cache.v[c.layer] : cache.k[c.layer], P + T));
+    placed.emplace_back(c.node, past_view(c.is_v ? cache.v[c.layer] : cache.k[c.layer], P + T, in.batch));
   }
   auto out = executor_->run(pg.plan, feeds, [&](const std::string& hook, const TensorView& v) {
     if (auto it = kv_hooks_.find(hook); it != kv_hooks_.end()) {

@@ -75,6 +75,9 @@ struct Edit {
   EditSteps steps;
   std::shared_ptr<const PatchRows> patch;
   EditFn fn;                        // op Host
+  // The request whose rows it changes when several share a forward (engine.h): rows whose
+  // EditCall::row_owner differs are left alone. -1: every row.
+  std::int64_t owner = -1;
 };
 
 // What decides an edit's rows in one forward call.
@@ -82,6 +85,9 @@ struct EditCall {
   std::vector<std::int64_t> prompt_len;  // per batch row; empty: every slot is a prompt slot
   std::vector<std::string> prompt_id;    // per batch row (patch)
   std::int64_t step = 0;
+  // Rows of several requests in one forward (engine.h): each row's own step and owner; empty:
+  // `step` for every row, and every row belongs to every edit.
+  std::vector<std::int64_t> row_step, row_owner;
 };
 
 // Inserts each edit's node after the node named edit.hook (in order: two edits on one hook

@@ -80,6 +80,7 @@ class Session {
   // A forward over in.tokens new slots per row that follow the cache's `filled` slots: keys of
   // earlier slots are read from the cache (no recomputation), and this call's K and V are
   // appended. in.mask, when given, covers every key: [B, filled + T]. Returns logits [B, T, V].
+  // A cache of more rows than in.batch serves its first in.batch rows.
   Tensor forward_cached(const ForwardInput& in, KvCache& cache);
   // The same, also delivering the hooks named in `taps` to `tap` as [B, T, *row_shape]; without
   // need_logits the LM head is skipped and an empty tensor returned.

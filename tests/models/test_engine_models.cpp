@@ -1,0 +1,215 @@
+// The step-level engine (engine.h) on make-model checkpoints, on every backend: each request's
+// tokens, logits and captured rows are bit-identical to decode.h's loop running it alone on a
+// SessionDecodeForward (the path every command took before the engine), whether it arrives first,
+// joins a running batch at a later step, or shares its forwards with steered requests. Qwen2:
+// greedy and sampled, with EOS and stop strings, chunked prefill and a compacting KV cache. Dream:
+// every unmasking algorithm and every diffusion mode, requests of other lengths at other steps.
+#include <sonde/engine.h>
+#include <sonde/session_decode.h>
+#include <sonde/tokenizer.h>
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "made_models.h"
+#include "test_paths.h"
+
+namespace sonde::test {
+namespace {
+
+struct Trace {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::vector<float>> logits;   // AR: each step's last-slot logits
+  std::vector<std::vector<float>> rows;     // the tapped hook of each forward, flattened
+  std::vector<std::vector<std::int32_t>> canvases;  // diffusion: the canvas after each step
+  std::string finish;
+};
+
+void keep(std::vector<std::vector<float>>& out, const TensorView& v) {
+  const Tensor c = Tensor::copy_of(v);
+  out.emplace_back(c.data<float>(), c.data<float>() + c.shape().numel());
+}
+
+Trace solo(Session& s, const EngineRequest& q) {
+  SessionDecodeForward fwd(s);
+  std::vector<Edit> edits = q.edits;
+  s.set_edits(edits);
+  fwd.begin_edit_rows({static_cast<std::int64_t>(q.prompt.size())}, {q.id});
+  Trace t;
+  if (!q.hooks.empty()) fwd.set_taps(q.hooks, [&](const std::string&, const TensorView& v) { keep(t.rows, v); });
+  if (s.info().decoding == DecodingKind::Autoregressive) {
+    const auto c = generate_autoregressive(fwd, {q.prompt}, q.ar, [&](const ArStep& st) {
+      t.logits.emplace_back(st.logits.data<float>(), st.logits.data<float>() + st.logits.shape().numel());
+    });
+    t.tokens = c[0].tokens;
+    t.finish = c[0].finish_reason;
+  } else {
+    const auto r = diffusion_generate(fwd, {q.prompt}, q.diffusion, [&](const DiffusionStep& st) { t.canvases.push_back(st.canvas); });
+    t.tokens = r.completions[0];
+    t.finish = "length";
+  }
+  s.set_edits({});
+  return t;
+}
+
+std::vector<Trace> through_engine(Session& s, EngineOptions o, const std::vector<EngineRequest>& reqs,
+                                  const std::vector<std::int64_t>& arrive) {
+  auto model = session_engine_model(s);
+  o.decoding = s.info().decoding;
+  Engine engine(*model, o);
+  std::vector<Trace> out(reqs.size());
+  std::vector<std::shared_ptr<EngineHandle>> hs(reqs.size());
+  std::size_t next = 0;
+  for (std::int64_t step = 0;; ++step) {
+    for (; next < reqs.size() && arrive[next] <= step; ++next) {
+      EngineRequest q = reqs[next];
+      Trace& t = out[next];
+      q.on_token = [&t](std::int64_t, std::int32_t, const Tensor& l) {
+        t.logits.emplace_back(l.data<float>(), l.data<float>() + l.shape().numel());
+      };
+      q.on_step = [&t](const DiffusionStep& st) { t.canvases.push_back(st.canvas); };
+      if (!q.hooks.empty()) q.tap = [&t](const std::string&, const TensorView& v) { keep(t.rows, v); };
+      hs[next] = engine.submit(std::move(q));
+    }
+    if (!engine.step() && next == reqs.size()) break;
+  }
+  for (std::size_t i = 0; i < reqs.size(); ++i) {
+    const auto r = hs[i]->wait();
+    EXPECT_EQ(r.error, "") << "request " << i;
+    out[i].tokens = r.tokens;
+    out[i].finish = r.finish_reason;
+  }
+  const auto st = engine.stats();
+  EXPECT_EQ(st.running + st.waiting + st.kv_rows + st.threads, 0);
+  return out;
+}
+
+void expect_same(const Trace& a, const Trace& b, std::size_t i) {
+  EXPECT_EQ(a.tokens, b.tokens) << "request " << i;
+  EXPECT_EQ(a.finish, b.finish) << "request " << i;
+  EXPECT_TRUE(a.logits == b.logits) << "request " << i << ": logits differ";  // bit for bit
+  EXPECT_TRUE(a.rows == b.rows) << "request " << i << ": captured rows differ (" << a.rows.size() << " vs " << b.rows.size() << ")";
+  EXPECT_EQ(a.canvases, b.canvases) << "request " << i;
+}
+
+std::vector<std::int32_t> random_ids(std::mt19937& rng, std::int64_t n, std::int32_t vocab) {
+  std::vector<std::int32_t> v;
+  for (std::int64_t i = 0; i < n; ++i) v.push_back(static_cast<std::int32_t>(10 + rng() % static_cast<unsigned>(vocab - 10)));
+  return v;
+}
+
+Edit steering(const Session& s, float scale) {
+  Edit e;
+  e.hook = "blocks.0.hook_resid_post";
+  e.op = EditOp::Add;
+  e.scale = scale;
+  e.operand = Tensor(DType::f32, Shape{1, s.config().hidden_size});
+  for (std::int64_t i = 0; i < s.config().hidden_size; ++i) e.operand.data<float>()[i] = static_cast<float>((i % 7) - 3) * 0.25f;
+  return e;
+}
+
+TEST(EngineModels, QwenRequestsJoiningAtAnyStepKeepTheirSoloBits) {
+  const auto dir = made_model("qwen2", "tiny", 31);
+  for (const auto& backend : built_backends()) {
+    SCOPED_TRACE(backend);
+    auto s = Session::open(SessionOptions{dir.string(), backend, 2, plugin_root().string()});
+    const auto V = static_cast<std::int32_t>(s->config().vocab_size);
+    std::mt19937 rng(9);
+    std::vector<EngineRequest> reqs;
+    const std::vector<std::int64_t> arrive{0, 0, 3, 7, 8, 12, 15, 21};
+    for (std::size_t i = 0; i < arrive.size(); ++i) {
+      EngineRequest q;
+      q.id = "r" + std::to_string(i);
+      q.prompt = random_ids(rng, 3 + static_cast<std::int64_t>(rng() % 40), V);
+      q.ar.max_new_tokens = 4 + static_cast<std::int64_t>(rng() % 14);
+      q.ar.seeds = {1000 + i};
+      q.ar.sampling.do_sample = i % 2 == 1;
+      q.ar.sampling.temperature = 0.9;
+      q.ar.sampling.top_p = 0.95;
+      reqs.push_back(q);
+    }
+    // EOS: request 2 ends at the token its solo run chooses third; stop string: request 4 at the
+    // text of its solo run's second token.
+    const auto* tok = s->tokenizer();
+    ASSERT_NE(tok, nullptr);
+    reqs[2].ar.eos_ids = {solo(*s, reqs[2]).tokens.at(2)};
+    const auto second = solo(*s, reqs[4]).tokens.at(1);
+    reqs[4].ar.stop_strings = {tok->decode(std::vector<std::int32_t>{second})};
+    reqs[4].ar.detokenize = [tok](const std::vector<std::int32_t>& ids) { return tok->decode(ids); };
+    reqs[5].hooks = {"blocks.1.hook_resid_post", "blocks.0.attn.hook_z"};
+    reqs[5].ar.feed_last = true;
+    reqs[6].edits = {steering(*s, 3.0f)};
+    reqs[6].hooks = {"blocks.1.hook_resid_post"};
+    std::vector<Trace> alone;
+    for (const auto& q : reqs) alone.push_back(solo(*s, q));
+    EXPECT_EQ(alone[2].finish, "eos");
+    EXPECT_EQ(alone[4].finish, "stop");
+    // 3 slots, 16-token prefill chunks, a context of 64: waiting, chunking and compaction all happen.
+    const auto got = through_engine(*s, EngineOptions{DecodingKind::Autoregressive, 3, 64, 64, 16}, reqs, arrive);
+    for (std::size_t i = 0; i < reqs.size(); ++i) expect_same(alone[i], got[i], i);
+  }
+}
+
+TEST(EngineModels, SteeredAndUnsteeredQwenRequestsInOneForwardEachEqualTheirSoloRuns) {
+  const auto dir = made_model("qwen2", "tiny", 32);
+  for (const auto& backend : built_backends()) {
+    SCOPED_TRACE(backend);
+    auto s = Session::open(SessionOptions{dir.string(), backend, 2, plugin_root().string()});
+    EngineRequest plain;
+    plain.prompt = {101, 202, 303, 404, 505};
+    plain.ar.max_new_tokens = 10;
+    plain.hooks = {"blocks.1.hook_resid_post"};
+    EngineRequest steered = plain;
+    steered.edits = {steering(*s, 4.0f)};
+    const Trace a = solo(*s, plain), b = solo(*s, steered);
+    ASSERT_FALSE(a.rows == b.rows);  // the steering changes the run
+    const auto got = through_engine(*s, EngineOptions{DecodingKind::Autoregressive, 4, 64, 64, 256}, {plain, steered, plain}, {0, 0, 2});
+    expect_same(a, got[0], 0);
+    expect_same(b, got[1], 1);
+    expect_same(a, got[2], 2);
+  }
+}
+
+TEST(EngineModels, DreamRequestsOfEveryAlgorithmAndModeKeepTheirSoloBits) {
+  const auto dir = made_model("dream", "tiny", 33);
+  const DiffusionAlg algs[] = {DiffusionAlg::Origin, DiffusionAlg::MaskgitPlus, DiffusionAlg::TopkMargin, DiffusionAlg::Entropy,
+                               DiffusionAlg::ConfidenceThreshold};
+  const DiffusionMode modes[] = {DiffusionMode::Exact, DiffusionMode::Block, DiffusionMode::BlockCache, DiffusionMode::DualCache};
+  for (const auto& backend : built_backends()) {
+    SCOPED_TRACE(backend);
+    auto s = Session::open(SessionOptions{dir.string(), backend, 2, plugin_root().string()});
+    const auto V = static_cast<std::int32_t>(s->config().vocab_size);
+    std::mt19937 rng(4);
+    std::vector<EngineRequest> reqs;
+    std::vector<std::int64_t> arrive;
+    int i = 0;
+    for (const auto mode : modes)
+      for (const auto alg : algs) {
+        EngineRequest q;
+        q.id = "d" + std::to_string(i);
+        q.prompt = random_ids(rng, 2 + static_cast<std::int64_t>(rng() % 12), V);
+        q.diffusion.mode = mode;
+        q.diffusion.block_size = 4;
+        q.diffusion.max_new_tokens = 8 + static_cast<std::int64_t>(rng() % 5);
+        q.diffusion.steps = q.diffusion.max_new_tokens;
+        q.diffusion.mask_id = static_cast<std::int32_t>(s->info().mask_token_id);
+        q.diffusion.sampling.alg = alg;
+        q.diffusion.sampling.temperature = i % 2 ? 0.6 : 0.0;
+        q.diffusion.threshold = 0.05;
+        q.diffusion.seeds = {static_cast<std::uint64_t>(70 + i)};
+        if (i % 6 == 0) q.hooks = {"blocks.0.hook_resid_post"};
+        if (i % 7 == 3) q.edits = {steering(*s, 2.0f)};
+        reqs.push_back(q);
+        arrive.push_back(i / 2);
+        ++i;
+      }
+    std::vector<Trace> alone;
+    for (const auto& q : reqs) alone.push_back(solo(*s, q));
+    const auto got = through_engine(*s, EngineOptions{DecodingKind::MaskedDiffusion, 6, 64, 64, 256}, reqs, arrive);
+    for (std::size_t k = 0; k < reqs.size(); ++k) expect_same(alone[k], got[k], k);
+  }
+}
+
+}  // namespace
+}  // namespace sonde::test
