@@ -476,6 +476,7 @@ TEST(Threaded, SiblingLinearsAreTheirOwnRuns) {
         ins.push_back({x.view(), b->upload(fmt::format("sib{}.weight", i), w.back().view(), Split::None)});
         if (with_bias) ins.back().push_back(b->upload(fmt::format("sib{}.bias", i), bias.back().view(), Split::None));
         outs.emplace_back(DType::f32, nodes.back().shape);
+        std::memset(outs.back().view().data, 0xFF, outs.back().view().nbytes());  // as a reused buffer may be
       }
       std::vector<const Node*> node_ptrs;
       std::vector<TensorView> out_views;
