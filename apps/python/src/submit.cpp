@@ -137,7 +137,7 @@ class SessionView final : public RunModel {
   std::string backend_name() const override { return s_.backend_name(); }
   std::filesystem::path model_dir() const override { return s_.model_dir(); }
   DecodeForward& decoder() override { runtime_error("submit: the engine runs the request, not the run layer"); }
-  Tensor forward(const std::vector<std::int32_t>&, const std::set<std::string>&, const HookTap&) override {
+  Tensor forward(const std::vector<std::int32_t>&, const std::set<std::string>&, const HookTap&, bool) override {
     runtime_error("submit: the engine runs the request, not the run layer");
   }
 
