@@ -22,6 +22,7 @@ class SharedModel final : public EngineModel {
   std::int64_t vocab_size() const override { return inner_->vocab_size(); }
   bool has_kv_cache() const override { return inner_->has_kv_cache(); }
   bool has_slot_cache() const override { return inner_->has_slot_cache(); }
+  bool only_with_logits(const std::string& hook) const override { return inner_->only_with_logits(hook); }
   KvCache new_cache(std::int64_t batch, std::int64_t capacity) const override {
     std::lock_guard lock(l_.mu);
     return inner_->new_cache(batch, capacity);
