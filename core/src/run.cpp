@@ -155,6 +155,46 @@ void run_forward(RunModel& s, const PreparedRequest& p, const CaptureSpec& spec,
   res.results.push_back(std::move(r));
 }
 
+// Request r of a generated group to every output, and into the run's totals.
+void write_result(Generated& g, std::size_t r, Outputs& out, RunResult& res, const RunOptions& o) {
+  const CapturedPrompt none;
+  const CapturedPrompt& cap = g.captured.empty() ? none : g.captured[r];
+  const auto line = result_line(g.results[r]);
+  out.write(cap, prompt_record(g.results[r]), &line);
+  res.totals.prompts += 1;
+  res.totals.prompt_tokens += static_cast<std::int64_t>(g.results[r].prompt_ids.size());
+  res.totals.completion_tokens += static_cast<std::int64_t>(g.results[r].completion.size());
+  res.totals.rows += static_cast<std::int64_t>(cap.rows.size());
+  if (o.keep_results) res.results.push_back(std::move(g.results[r]));
+}
+
+// Commits as a run goes: after each group of written requests (a micro-batch, or the requests an
+// engine step ended), the agreed cancel flag, and a checkpoint when one is due or the run stops.
+struct Commits {
+  std::int64_t total = 0, start = 0, rows_before = 0, since = 0;
+  Clock::time_point last = Clock::now();
+  // Requests [0, next) are written; true when the run stops here (cancelled, resumable).
+  bool after(std::int64_t next, bool wrote, Outputs& out, RunResult& res, const RunOptions& o,
+             const std::function<bool(bool)>& agree) {
+    if (wrote && o.on_progress) o.on_progress(RunProgress{total, start, res.totals});
+    const bool cancelled = agree(o.cancel && o.cancel->load());
+    const bool due = since >= o.checkpoint_every || Clock::now() - last >= std::chrono::duration<double>(o.checkpoint_seconds);
+    if (out.committed() && since > 0 && (due || cancelled)) {
+      out.checkpoint(next, rows_before + res.totals.rows);
+      since = 0;
+      last = Clock::now();
+    }
+    if (!cancelled || next >= total) return false;
+    res.cancelled = true;
+    out.abandon();  // not marked complete: a committed run resumes after its checkpoint
+    return true;
+  }
+  void finish(std::int64_t next, Outputs& out, const RunResult& res) {
+    if (out.committed()) out.checkpoint(next, rows_before + res.totals.rows);
+    out.close();
+  }
+};
+
 // The requests from the outputs' mark on as clients of the step-level engine (engine.h): each is
 // its own decode loop with its capture, submitted as slots free up (batch_size slots; 0: all at
 // once), its edits those of the run (every row), written in request order as they end, with
@@ -203,8 +243,8 @@ void generate_on_engine(RunModel& s, EngineModel& em, const std::vector<Prepared
     };
     handles[static_cast<std::size_t>(i)] = engine.submit(std::move(q));
   };
-  auto last_checkpoint = Clock::now();
-  std::int64_t since_checkpoint = 0, next_submit = start, next = start;
+  Commits commits{total, start, rows_before};
+  std::int64_t next_submit = start, next = start;
   while (next < total) {
     // A request that has ended frees its slot at the engine's next step, when the next one joins.
     std::int64_t in_flight = 0;
@@ -215,36 +255,13 @@ void generate_on_engine(RunModel& s, EngineModel& em, const std::vector<Prepared
     for (; next < next_submit && handles[static_cast<std::size_t>(next)]->done(); ++next, wrote = true) {
       const EngineResult r = handles[static_cast<std::size_t>(next)]->wait();
       if (r.finish_reason == "error") throw Error(static_cast<ErrorKind>(r.error_kind), r.error);
-      Generated& g = *made[static_cast<std::size_t>(next)];
-      const CapturedPrompt none;
-      const CapturedPrompt& cap = g.captured.empty() ? none : g.captured[0];
-      const auto line = result_line(g.results[0]);
-      out.write(cap, prompt_record(g.results[0]), &line);
-      res.totals.prompts += 1;
-      res.totals.prompt_tokens += static_cast<std::int64_t>(g.results[0].prompt_ids.size());
-      res.totals.completion_tokens += static_cast<std::int64_t>(g.results[0].completion.size());
-      res.totals.rows += static_cast<std::int64_t>(cap.rows.size());
-      if (o.keep_results) res.results.push_back(std::move(g.results[0]));
+      write_result(*made[static_cast<std::size_t>(next)], 0, out, res, o);
       made[static_cast<std::size_t>(next)].reset();
-      ++since_checkpoint;
+      ++commits.since;
     }
-    if (wrote && o.on_progress) o.on_progress(RunProgress{total, start, res.totals});
-    const bool cancelled = agree(o.cancel && o.cancel->load());
-    const bool due = since_checkpoint >= o.checkpoint_every ||
-                     Clock::now() - last_checkpoint >= std::chrono::duration<double>(o.checkpoint_seconds);
-    if (out.committed() && since_checkpoint > 0 && (due || cancelled)) {
-      out.checkpoint(next, rows_before + res.totals.rows);
-      since_checkpoint = 0;
-      last_checkpoint = Clock::now();
-    }
-    if (cancelled && next < total) {
-      res.cancelled = true;
-      out.abandon();  // not marked complete: a committed run resumes after its checkpoint
-      return;
-    }
+    if (commits.after(next, wrote, out, res, o, agree)) return;
   }
-  if (out.committed()) out.checkpoint(next, rows_before + res.totals.rows);
-  out.close();
+  commits.finish(next, out, res);
 }
 
 }  // namespace
@@ -265,8 +282,8 @@ void generate_all(RunModel& s, const std::vector<PreparedRequest>& list, const C
   if (EngineModel* em = s.engine_model(); em && o.tensor_parallel <= 1)
     return generate_on_engine(s, *em, list, spec, o, out, res, agree);
   DecodeForward& fwd = s.decoder();
-  auto last_checkpoint = Clock::now();
-  std::int64_t since_checkpoint = 0, next = start;
+  Commits commits{total, start, rows_before};
+  std::int64_t next = start;
   while (next < total) {
     const auto batch = next_batch(list, static_cast<std::size_t>(next), o.batch_size);
     std::vector<std::int64_t> lens;
@@ -277,36 +294,12 @@ void generate_all(RunModel& s, const std::vector<PreparedRequest>& list, const C
     }
     s.begin_rows(lens, ids);
     Generated g = generate_batch(s, fwd, batch, spec, o);
-    for (std::size_t r = 0; r < batch.size(); ++r) {
-      const CapturedPrompt none;
-      const CapturedPrompt& cap = g.captured.empty() ? none : g.captured[r];
-      const auto line = result_line(g.results[r]);
-      out.write(cap, prompt_record(g.results[r]), &line);
-      res.totals.prompts += 1;
-      res.totals.prompt_tokens += static_cast<std::int64_t>(g.results[r].prompt_ids.size());
-      res.totals.completion_tokens += static_cast<std::int64_t>(g.results[r].completion.size());
-      res.totals.rows += static_cast<std::int64_t>(cap.rows.size());
-      if (o.keep_results) res.results.push_back(std::move(g.results[r]));
-    }
+    for (std::size_t r = 0; r < batch.size(); ++r) write_result(g, r, out, res, o);
     next += static_cast<std::int64_t>(batch.size());
-    since_checkpoint += static_cast<std::int64_t>(batch.size());
-    if (o.on_progress) o.on_progress(RunProgress{total, start, res.totals});
-    const bool cancelled = agree(o.cancel && o.cancel->load());
-    const bool due = since_checkpoint >= o.checkpoint_every ||
-                     Clock::now() - last_checkpoint >= std::chrono::duration<double>(o.checkpoint_seconds);
-    if (out.committed() && (due || cancelled)) {
-      out.checkpoint(next, rows_before + res.totals.rows);
-      since_checkpoint = 0;
-      last_checkpoint = Clock::now();
-    }
-    if (cancelled && next < total) {
-      res.cancelled = true;
-      out.abandon();  // not marked complete: a committed run resumes after its checkpoint
-      return;
-    }
+    commits.since += static_cast<std::int64_t>(batch.size());
+    if (commits.after(next, true, out, res, o, agree)) return;
   }
-  if (out.committed()) out.checkpoint(next, rows_before + res.totals.rows);
-  out.close();
+  commits.finish(next, out, res);
 }
 
 }  // namespace run_detail
