@@ -169,8 +169,9 @@ struct Served {
 using Server = std::function<Served(const std::vector<std::int64_t>& requests)>;
 
 // One server on a simulated clock: when free, it takes the requests that have arrived (oldest
-// first, up to `batch`); when none has, it jumps to the next arrival.
-std::vector<Trace> simulate(const Level& L, std::int64_t batch, const Server& serve) {
+// first, up to `batch`); when none has, it jumps to the next arrival. `runs`: the batches it ran.
+std::vector<Trace> simulate(const Level& L, std::int64_t batch, const Server& serve, std::int64_t& runs) {
+  runs = 0;
   const std::int64_t N = L.clients, R = L.requests;
   std::vector<Trace> traces(static_cast<std::size_t>(R));
   std::vector<std::int64_t> next(static_cast<std::size_t>(N));  // each client's next request, R when none
@@ -198,6 +199,7 @@ std::vector<Trace> simulate(const Level& L, std::int64_t batch, const Server& se
     std::vector<std::int64_t> reqs;
     for (auto c : ready) reqs.push_back(next[c]);
     const Served sv = serve(reqs);
+    ++runs;
     for (std::size_t i = 0; i < ready.size(); ++i) {
       const std::int64_t c = ready[i], j = reqs[i];
       Trace& tr = traces[j];
@@ -468,9 +470,11 @@ int bench_serve(Session& s, const ServeBenchOptions& o, const PromptIds& ids) {
     const auto engine = summarize(run_engine(s, o, L, reqs), reqs, alone);
     progress(o, fmt::format("{} clients: engine", clients), since(t0));
     t0 = Clock::now();
-    const auto stat = summarize(simulate(L, L.batch, static_batches(s, reqs)), reqs, alone);
+    std::int64_t batches = 0, alone_runs = 0;
+    auto stat = summarize(simulate(L, L.batch, static_batches(s, reqs), batches), reqs, alone);
+    stat["batches"] = batches;
     progress(o, fmt::format("{} clients: static batches", clients), since(t0));
-    const auto one = summarize(simulate(L, 1, one_at_a_time(alone)), reqs, alone);
+    const auto one = summarize(simulate(L, 1, one_at_a_time(alone), alone_runs), reqs, alone);
     levels.push_back({{"clients", clients}, {"requests", L.requests}, {"slots", L.slots}, {"batch", L.batch},
                       {"engine", engine}, {"one_at_a_time", one}, {"static", stat},
                       {"ratios", {{"one_at_a_time", ratios(engine, one)}, {"static", ratios(engine, stat)}}}});
