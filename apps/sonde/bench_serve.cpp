@@ -86,13 +86,13 @@ void prepare_serve_options(ServeBenchOptions& o) {
   if (o.slots < 0) bad_input("--slots must not be negative, got {}", o.slots);
   if (o.batch < 0) bad_input("--batch must not be negative, got {}", o.batch);
   if (o.prefill_chunk < 1) bad_input("--prefill-chunk must be at least 1, got {}", o.prefill_chunk);
+  if (o.reference_prompt < 1) bad_input("--reference-prompt must be at least 1, got {}", o.reference_prompt);
 }
 
 namespace {
 
 // ---- the requests --------------------------------------------------------------------------------
 
-constexpr std::int64_t kReferencePrompt = 256;  // the TTFT target: one 256-token prefill + 2 decode steps
 
 // splitmix64 of (seed, a, b): the same draws on every platform.
 double uniform01(std::uint64_t seed, std::uint64_t a, std::uint64_t b) {
@@ -365,9 +365,9 @@ ordered_json ratios(const ordered_json& engine, const ordered_json& base) {
           {"itl_p90", ratio(get(engine, "itl_s", "p90"), get(base, "itl_s", "p90"))}};
 }
 
-// Median of three: one 256-token prefill and two decode steps alone (to the third token).
-double reference_seconds(Session& s, const PromptIds& ids) {
-  const auto prompt = ids(kReferencePrompt, 999983);
+// Median of three: one prefill of `tokens` and two decode steps alone (to the third token).
+double reference_seconds(Session& s, const PromptIds& ids, std::int64_t tokens) {
+  const auto prompt = ids(tokens, 999983);
   std::vector<double> t;
   for (int i = 0; i < 3; ++i) t.push_back(generate(s, {prompt}, 3).step_at.at(2));
   std::sort(t.begin(), t.end());
@@ -394,7 +394,7 @@ void print_text(const ordered_json& j) {
       j["seed"].get<std::uint64_t>(), j["think_s"].get<double>());
   std::cout << fmt::format("reference: one {}-token prefill + 2 decode steps alone: {:.3f} s (median of 3); load average "
                            "{:.1f} before, {:.1f} after\n",
-                           kReferencePrompt, j["reference_s"].get<double>(), j["load_average"][0].get<double>(),
+                           j["reference_prompt"].get<std::int64_t>(), j["reference_s"].get<double>(), j["load_average"][0].get<double>(),
                            j["load_average"][1].get<double>());
   for (const auto& L : j["levels"]) {
     std::cout << fmt::format("{} clients, {} requests, {} generated tokens; engine slots {}, prefill chunk {}; static batches of up to {}\n",
@@ -425,10 +425,10 @@ void check_model(const Session& s, const ServeBenchOptions& o) {
   if (s.info().decoding != DecodingKind::Autoregressive)
     bad_input("--mode serve: {} is a {} model (masked diffusion); serve measures autoregressive decoding (tokens, TTFT, "
               "ITL): use a Qwen2 model", cfg.dir.string(), s.info().arch);
-  const std::int64_t longest = std::max(o.prompt_max + o.gen_max, kReferencePrompt + 3);
+  const std::int64_t longest = std::max(o.prompt_max + o.gen_max, o.reference_prompt + 3);
   if (longest > cfg.max_position_embeddings)
-    bad_input("--prompt-range {} and --gen-range {}: {} positions exceed max_position_embeddings {} of {}", o.prompt_range,
-              o.gen_range, longest, cfg.max_position_embeddings, cfg.dir.string());
+    bad_input("--prompt-range {}, --gen-range {} and --reference-prompt {}: {} positions exceed max_position_embeddings {} of {}",
+              o.prompt_range, o.gen_range, o.reference_prompt, longest, cfg.max_position_embeddings, cfg.dir.string());
 }
 
 // The 1-minute load average (0 without /proc): a shared host's other work, before and after.
@@ -458,7 +458,7 @@ int bench_serve(Session& s, const ServeBenchOptions& o, const PromptIds& ids) {
   const double load_before = load_average();
   auto t0 = Clock::now();
   generate(s, {ids(16, 7)}, 4);  // warm-up: page in the weights
-  const double reference = reference_seconds(s, ids);
+  const double reference = reference_seconds(s, ids, o.reference_prompt);
   const std::vector<Generation> alone = run_alone(s, pool);
   progress(o, fmt::format("reference and {} requests alone", pool.size()), since(t0));
 
@@ -488,7 +488,7 @@ int bench_serve(Session& s, const ServeBenchOptions& o, const PromptIds& ids) {
   ordered_json j{{"mode", "serve"}, {"arch", s.info().arch}, {"backend", info.name}, {"threads", info.threads},
                  {"seed", o.seed}, {"think_s", o.think}, {"prompt_range", {o.prompt_min, o.prompt_max}},
                  {"gen_range", {o.gen_min, o.gen_max}}, {"prefill_chunk", o.prefill_chunk},
-                 {"reference_s", reference}, {"load_average", {load_before, load_average()}}, {"levels", levels}};
+                 {"reference_prompt", o.reference_prompt}, {"reference_s", reference}, {"load_average", {load_before, load_average()}}, {"levels", levels}};
   j["targets"] = {{"clients", top["clients"]}, {"tokens_per_s_vs_one_at_a_time", x}, {"throughput_met", x >= 3.0},
                   {"ttft_p50_s", ttft}, {"reference_s", reference}, {"ttft_met", ttft < reference}};
   if (o.json) std::cout << j.dump() << "\n";

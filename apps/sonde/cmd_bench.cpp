@@ -296,6 +296,8 @@ int cmd_bench(const Args& args) {
       ("slots", po::value(&o.serve.slots)->default_value(0), "serve: engine slots (0: the clients)")
       ("prefill-chunk", po::value(&o.serve.prefill_chunk)->default_value(256),
        "serve: prompt tokens the engine prefills per step")
+      ("reference-prompt", po::value(&o.serve.reference_prompt)->default_value(256),
+       "serve: the TTFT target is one prefill of N tokens + 2 decode steps alone")
       ("json", po::bool_switch(&o.json), "print one JSON object");
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde bench --model DIR [--mode prefill|decode|diffusion-step|diffusion|serve] [--tokens N] "

@@ -105,6 +105,7 @@ TEST_F(BenchServe, JsonHasEveryLevelSystemAndRatio) {
   EXPECT_EQ(j["prompt_range"], json({4, 12}));
   EXPECT_EQ(j["gen_range"], json({2, 6}));
   EXPECT_GT(j["reference_s"].get<double>(), 0.0);
+  EXPECT_EQ(j["reference_prompt"].get<std::int64_t>(), 256);
   ASSERT_EQ(j["levels"].size(), 2u) << j.dump();
   const std::int64_t clients[] = {1, 3};
   for (std::size_t l = 0; l < 2; ++l) {
@@ -149,10 +150,11 @@ TEST_F(BenchServe, JsonHasEveryLevelSystemAndRatio) {
 
 TEST_F(BenchServe, TheSeedFixesTheRequestsAndSlotsAndBatchAreTheirOwn) {
   const json a = serve_json({"--clients", "2", "--requests", "4", "--seed", "3", "--slots", "1", "--batch", "3",
-                             "--prefill-chunk", "5", "--think", "0.01"});
+                             "--prefill-chunk", "5", "--think", "0.01", "--reference-prompt", "8"});
   const json b = serve_json({"--clients", "2", "--requests", "4", "--seed", "3", "--think", "0.01"});
   if (a.is_null() || b.is_null()) return;
   EXPECT_EQ(a["prefill_chunk"].get<std::int64_t>(), 5);
+  EXPECT_EQ(a["reference_prompt"].get<std::int64_t>(), 8);
   const json& L = a["levels"][0];
   EXPECT_EQ(L["slots"].get<std::int64_t>(), 1);
   EXPECT_EQ(L["batch"].get<std::int64_t>(), 3);
@@ -186,6 +188,7 @@ TEST_F(BenchServe, BadOptionsExitTwoNamingTheValue) {
   EXPECT_TRUE(one_line_error(serve({"--gen-range", "4:y"}), "bench", {"--gen-range", "'y'"}, {"not a whole number"}));
   EXPECT_TRUE(one_line_error(serve({"--think", "-1"}), "bench", {"--think", "-1"}, {">= 0"}));
   EXPECT_TRUE(one_line_error(serve({"--prefill-chunk", "0"}), "bench", {"--prefill-chunk", "0"}, {"at least"}));
+  EXPECT_TRUE(one_line_error(serve({"--reference-prompt", "0"}), "bench", {"--reference-prompt", "0"}, {"at least"}));
   EXPECT_TRUE(one_line_error(serve({"--requests", "-2"}), "bench", {"--requests", "-2"}, {"negative"}));
   EXPECT_TRUE(one_line_error(serve({"--tokens", "8"}), "bench", {"--tokens", "serve"}, {"do not apply"}));
   // The tiny preset's context is finite: a range past it is refused before any work.
