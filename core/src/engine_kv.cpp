@@ -34,7 +34,7 @@ void KvRows::shift_to(std::int64_t new_filled) {
   cache_.filled = new_filled;
 }
 
-std::int64_t KvRows::add(const KvCache& staged, std::int64_t n) {
+std::int64_t KvRows::add(const KvCache& staged, std::int64_t src_row, std::int64_t from, std::int64_t n) {
   if (rows() >= cache_.batch) runtime_error("engine: no free KV row ({} in use)", rows());
   if (n > cache_.capacity - slack_) runtime_error("engine: a {}-slot prompt exceeds the context of {}", n, cache_.capacity - slack_);
   // The new run must end at `filled`: when it is longer than every row so far, they all move right.
@@ -44,7 +44,8 @@ std::int64_t KvRows::add(const KvCache& staged, std::int64_t n) {
   for (std::size_t l = 0; l < cache_.k.size(); ++l)
     for (auto [dst, src] : {std::pair{&cache_.k[l], &staged.k[l]}, std::pair{&cache_.v[l], &staged.v[l]}}) {
       const auto bytes = static_cast<std::size_t>(n * slot_floats(*src)) * sizeof(float);
-      std::memcpy(slot_ptr(*dst, row, cache_.filled - n), src->data<float>(), bytes);
+      const float* from_ptr = src->data<float>() + (src_row * src->shape()[1] + from) * slot_floats(*src);
+      std::memcpy(slot_ptr(*dst, row, cache_.filled - n), from_ptr, bytes);
     }
   return row;
 }

@@ -23,8 +23,8 @@ class KvRows {
   std::int64_t filled() const { return cache_.filled; }
   std::int64_t capacity() const { return cache_.capacity; }
   std::int64_t length(std::int64_t row) const { return len_.at(static_cast<std::size_t>(row)); }
-  // Moves the first n slots of a one-row cache into a new last row; returns its index.
-  std::int64_t add(const KvCache& staged, std::int64_t n);
+  // Copies slots [from, from + n) of row `row` of another cache into a new last row; returns its index.
+  std::int64_t add(const KvCache& staged, std::int64_t row, std::int64_t from, std::int64_t n);
   // Frees a row: the last row moves into its place (returns the index it had, or -1 if none moved).
   std::int64_t remove(std::int64_t row);
   // Makes room for one more slot in every row (compacting when full).

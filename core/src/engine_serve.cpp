@@ -175,59 +175,22 @@ void Engine::serve_decode(std::vector<EngineSeq*>& seqs) {
   }
 }
 
-// Prompts in arrival order, each as far as the step's budget of prompt tokens reaches; a prompt
-// whose logits are wanted at every slot is not cut (its result would need every chunk's).
-void Engine::serve_prefill(std::vector<EngineSeq*>& seqs) {
-  std::int64_t budget = options_.prefill_chunk;
-  for (EngineSeq* s : seqs) {
-    if (budget <= 0) break;
-    const StepInput& p = s->post;
-    if (p.batch != 1 || p.past != 0)
-      runtime_error("engine: request '{}' posted a cached forward of {} rows after {} slots before its prompt was in",
-                    s->req.id, p.batch, p.past);
-    if (s->staged.k.empty()) s->staged = model_.new_cache(1, p.tokens);
-    const std::int64_t from = s->staged.filled;
-    const bool whole = p.need_logits && !p.last_logits_only;
-    const std::int64_t n = whole ? p.tokens - from : std::min(p.tokens - from, budget);
-    budget -= n;
-    const bool last = from + n == p.tokens;
-    StepInput c;
-    c.batch = 1;
-    c.tokens = n;
-    c.past = from;
-    c.use_cache = true;
-    c.ids.assign(p.ids.begin() + from, p.ids.begin() + from + n);
-    c.positions.assign(p.positions.begin() + from, p.positions.begin() + from + n);
-    if (!p.key_mask.empty()) c.key_mask.assign(p.key_mask.begin(), p.key_mask.begin() + from + n);
-    c.need_logits = last && p.need_logits;
-    c.last_logits_only = p.last_logits_only;
-    Tensor out = run_forward(c, &s->staged, nullptr, {s}, {0}, {n}, true);
-    if (!last) continue;
-    for (auto& [hook, parts] : s->chunk_taps) {
-      const Tensor joined = join_slots(parts);
-      s->tap(hook, joined.view());
-    }
-    s->chunk_taps.clear();
-    s->result = std::move(out);
-    s->row = kv_->add(s->staged, p.tokens);
-    s->staged = KvCache{};
-  }
-}
-
-// Full forwards (no cache) of any lengths: right-aligned into one left-padded batch, pad slots
-// masked at position 1 (decode.h, left_pad), so each row computes as it would alone.
-void Engine::serve_full(std::vector<EngineSeq*>& seqs) {
-  std::int64_t T = 0;
-  bool mask = false, last_only = true;
+// Posts of any lengths right-aligned into one left-padded batch (decode.h, left_pad): pad slots
+// masked at position 1, so each row computes as it would alone. `rows`, `pad` and `tokens` get
+// each batch row's request, left padding and own length.
+StepInput Engine::padded(const std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*>& rows, std::vector<std::int64_t>& pad,
+                         std::vector<std::int64_t>& tokens) {
   StepInput in;
+  bool mask = false;
+  in.last_logits_only = true;
+  in.need_logits = false;
   for (const EngineSeq* s : seqs) {
-    T = std::max(T, s->post.tokens);
+    in.tokens = std::max(in.tokens, s->post.tokens);
     mask = mask || !s->post.key_mask.empty();
-    last_only = last_only && s->post.last_logits_only;
+    in.last_logits_only = in.last_logits_only && s->post.last_logits_only;
     in.need_logits = in.need_logits || s->post.need_logits;
   }
-  std::vector<EngineSeq*> rows;
-  std::vector<std::int64_t> pad, tokens;
+  const std::int64_t T = in.tokens;
   for (EngineSeq* s : seqs) {
     const StepInput& p = s->post;
     mask = mask || p.tokens != T;
@@ -238,8 +201,6 @@ void Engine::serve_full(std::vector<EngineSeq*>& seqs) {
     }
   }
   in.batch = static_cast<std::int64_t>(rows.size());
-  in.tokens = T;
-  in.last_logits_only = last_only;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const StepInput& p = rows[i]->post;
     const std::int64_t b = static_cast<std::int64_t>(i) - (std::find(rows.begin(), rows.end(), rows[i]) - rows.begin());
@@ -255,7 +216,13 @@ void Engine::serve_full(std::vector<EngineSeq*>& seqs) {
     else
       in.key_mask.insert(in.key_mask.end(), p.key_mask.begin() + at, p.key_mask.begin() + at + n);
   }
-  const Tensor logits = run_forward(in, nullptr, nullptr, rows, pad, tokens, false);
+  return in;
+}
+
+// Each request's share of a padded forward's logits: its rows, its own slots (or the last slot
+// when the head ran there alone).
+void Engine::split_logits(const Tensor& logits, const std::vector<EngineSeq*>& rows, const std::vector<std::int64_t>& pad,
+                          std::int64_t T) {
   const std::int64_t slots = logits.empty() ? 0 : logits.shape()[1];
   for (std::size_t i = 0; i < rows.size();) {
     EngineSeq& s = *rows[i];
@@ -268,6 +235,74 @@ void Engine::serve_full(std::vector<EngineSeq*>& seqs) {
       s.result = logits_rows(logits, row, s.post.batch, pad[i], s.post.tokens);
     i += static_cast<std::size_t>(s.post.batch);
   }
+}
+
+// Prompts in arrival order within the step's budget of prompt tokens. The prompts that fit whole
+// are prefilled together, one left-padded forward into a cache of their own, and move into rows
+// of the shared cache; then the next prompt gets what is left of the budget as a chunk into its
+// own cache, continued at later steps (a prompt whose logits are wanted at every slot is not cut:
+// its result would need every chunk's).
+void Engine::serve_prefill(std::vector<EngineSeq*>& seqs) {
+  std::int64_t budget = options_.prefill_chunk;
+  std::vector<EngineSeq*> whole;
+  std::size_t i = 0;
+  for (; i < seqs.size(); ++i) {
+    EngineSeq* s = seqs[i];
+    const StepInput& p = s->post;
+    if (p.batch != 1 || p.past != 0)
+      runtime_error("engine: request '{}' posted a cached forward of {} rows after {} slots before its prompt was in",
+                    s->req.id, p.batch, p.past);
+    if (!s->staged.k.empty() || p.tokens > budget) break;
+    whole.push_back(s);
+    budget -= p.tokens;
+  }
+  if (!whole.empty()) {
+    std::vector<EngineSeq*> rows;
+    std::vector<std::int64_t> pad, tokens;
+    StepInput in = padded(whole, rows, pad, tokens);
+    in.use_cache = true;
+    KvCache staged = model_.new_cache(in.batch, in.tokens);
+    const Tensor logits = run_forward(in, &staged, nullptr, rows, pad, tokens, false);
+    split_logits(logits, rows, pad, in.tokens);
+    for (std::size_t r = 0; r < rows.size(); ++r)
+      rows[r]->row = kv_->add(staged, static_cast<std::int64_t>(r), pad[r], tokens[r]);
+  }
+  if (i == seqs.size() || budget <= 0) return;
+  EngineSeq* s = seqs[i];
+  const StepInput& p = s->post;
+  if (s->staged.k.empty()) s->staged = model_.new_cache(1, p.tokens);
+  const std::int64_t from = s->staged.filled;
+  const bool cut_ok = !(p.need_logits && !p.last_logits_only);
+  const std::int64_t n = cut_ok ? std::min(p.tokens - from, budget) : p.tokens - from;
+  const bool last = from + n == p.tokens;
+  StepInput c;
+  c.batch = 1;
+  c.tokens = n;
+  c.past = from;
+  c.use_cache = true;
+  c.ids.assign(p.ids.begin() + from, p.ids.begin() + from + n);
+  c.positions.assign(p.positions.begin() + from, p.positions.begin() + from + n);
+  if (!p.key_mask.empty()) c.key_mask.assign(p.key_mask.begin(), p.key_mask.begin() + from + n);
+  c.need_logits = last && p.need_logits;
+  c.last_logits_only = p.last_logits_only;
+  Tensor out = run_forward(c, &s->staged, nullptr, {s}, {0}, {n}, true);
+  if (!last) return;
+  for (auto& [hook, parts] : s->chunk_taps) {
+    const Tensor joined = join_slots(parts);
+    s->tap(hook, joined.view());
+  }
+  s->chunk_taps.clear();
+  s->result = std::move(out);
+  s->row = kv_->add(s->staged, 0, 0, p.tokens);
+  s->staged = KvCache{};
+}
+
+void Engine::serve_full(std::vector<EngineSeq*>& seqs) {
+  std::vector<EngineSeq*> rows;
+  std::vector<std::int64_t> pad, tokens;
+  const StepInput in = padded(seqs, rows, pad, tokens);
+  const Tensor logits = run_forward(in, nullptr, nullptr, rows, pad, tokens, false);
+  split_logits(logits, rows, pad, in.tokens);
 }
 
 void Engine::serve_alone(EngineSeq& s) {

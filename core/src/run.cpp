@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
+#include <optional>
 
 namespace sonde {
 namespace {
@@ -42,13 +44,6 @@ Generated generate_batch(RunModel& s, DecodeForward& fwd, const std::vector<cons
     seeds.push_back(p->seed);
     g.results.push_back(result_of(*p));
   }
-  std::vector<std::int64_t> lens;
-  std::vector<std::string> ids;
-  for (const auto* p : batch) {
-    lens.push_back(static_cast<std::int64_t>(p->ids.size()));
-    ids.push_back(p->id);
-  }
-  s.begin_rows(lens, ids);
   const GenerationSettings& settings = batch.front()->settings;  // equal across a micro-batch
   const Tokenizer* tok = s.tokenizer();
   if (s.info().decoding == DecodingKind::MaskedDiffusion) {
@@ -156,6 +151,96 @@ void run_forward(RunModel& s, const PreparedRequest& p, const CaptureSpec& spec,
   res.results.push_back(std::move(r));
 }
 
+// The requests from the outputs' mark on as clients of the step-level engine (engine.h): each is
+// its own decode loop with its capture, submitted as slots free up (batch_size slots; 0: all at
+// once), its edits those of the run (every row), written in request order as they end, with
+// checkpoints and cancel as the micro-batches had them. Bits equal the micro-batches' (the loops
+// and kernels give a row the result it would get alone), so the files are the same.
+void generate_on_engine(RunModel& s, EngineModel& em, const std::vector<PreparedRequest>& list, const CaptureSpec& spec,
+                        const RunOptions& o, Outputs& out, RunResult& res, const std::function<bool(bool)>& agree) {
+  const auto total = static_cast<std::int64_t>(list.size());
+  const std::int64_t start = out.mark().prompts, rows_before = out.mark().rows;
+  std::int64_t context = 2;
+  for (std::int64_t i = start; i < total; ++i) {
+    const auto& p = list[static_cast<std::size_t>(i)];
+    context = std::max(context, static_cast<std::int64_t>(p.ids.size()) + resolve_max_new_tokens(p.settings, s.config()) + 1);
+  }
+  EngineOptions eo;
+  eo.decoding = s.info().decoding;
+  eo.slots = std::max<std::int64_t>(1, o.batch_size > 0 ? o.batch_size : total - start);
+  eo.max_waiting = eo.slots;
+  eo.max_context = context;
+  eo.prefill_chunk = std::int64_t{1} << 40;  // a dataset prefills every arrival at once, as a micro-batch did
+  // Loops run on the engine's threads: the caller's streaming callbacks are called one at a time.
+  std::mutex callback_mu;
+  RunOptions lo = o;
+  if (o.on_token)
+    lo.on_token = [&](std::int64_t r, std::int32_t t) {
+      std::lock_guard lk(callback_mu);
+      o.on_token(r, t);
+    };
+  if (o.on_step)
+    lo.on_step = [&](std::int64_t r, std::int64_t st, const std::vector<std::int32_t>& c) {
+      std::lock_guard lk(callback_mu);
+      o.on_step(r, st, c);
+    };
+  std::vector<std::optional<Generated>> made(static_cast<std::size_t>(total));
+  std::vector<std::shared_ptr<EngineHandle>> handles(static_cast<std::size_t>(total));
+  Engine engine(em, eo);
+  const auto submit = [&](std::int64_t i) {
+    const PreparedRequest& p = list[static_cast<std::size_t>(i)];
+    EngineRequest q;
+    q.id = p.id;
+    q.prompt = p.ids;
+    q.events = false;
+    q.loop = [&, i](EngineForward& fwd) {
+      made[static_cast<std::size_t>(i)] = generate_batch(s, fwd, {&list[static_cast<std::size_t>(i)]}, spec, lo);
+      return EngineResult{};
+    };
+    handles[static_cast<std::size_t>(i)] = engine.submit(std::move(q));
+  };
+  auto last_checkpoint = Clock::now();
+  std::int64_t since_checkpoint = 0, next_submit = start, next = start;
+  while (next < total) {
+    for (EngineStats st = engine.stats(); next_submit < total && st.running + st.waiting < eo.slots; ++st.waiting)
+      submit(next_submit++);
+    engine.step();
+    bool wrote = false;
+    for (; next < total && handles[static_cast<std::size_t>(next)]->done(); ++next, wrote = true) {
+      const EngineResult r = handles[static_cast<std::size_t>(next)]->wait();
+      if (r.finish_reason == "error") throw Error(static_cast<ErrorKind>(r.error_kind), r.error);
+      Generated& g = *made[static_cast<std::size_t>(next)];
+      const CapturedPrompt none;
+      const CapturedPrompt& cap = g.captured.empty() ? none : g.captured[0];
+      const auto line = result_line(g.results[0]);
+      out.write(cap, prompt_record(g.results[0]), &line);
+      res.totals.prompts += 1;
+      res.totals.prompt_tokens += static_cast<std::int64_t>(g.results[0].prompt_ids.size());
+      res.totals.completion_tokens += static_cast<std::int64_t>(g.results[0].completion.size());
+      res.totals.rows += static_cast<std::int64_t>(cap.rows.size());
+      if (o.keep_results) res.results.push_back(std::move(g.results[0]));
+      made[static_cast<std::size_t>(next)].reset();
+      ++since_checkpoint;
+    }
+    if (wrote && o.on_progress) o.on_progress(RunProgress{total, start, res.totals});
+    const bool cancelled = agree(o.cancel && o.cancel->load());
+    const bool due = since_checkpoint >= o.checkpoint_every ||
+                     Clock::now() - last_checkpoint >= std::chrono::duration<double>(o.checkpoint_seconds);
+    if (out.committed() && since_checkpoint > 0 && (due || cancelled)) {
+      out.checkpoint(next, rows_before + res.totals.rows);
+      since_checkpoint = 0;
+      last_checkpoint = Clock::now();
+    }
+    if (cancelled && next < total) {
+      res.cancelled = true;
+      out.abandon();  // not marked complete: a committed run resumes after its checkpoint
+      return;
+    }
+  }
+  if (out.committed()) out.checkpoint(next, rows_before + res.totals.rows);
+  out.close();
+}
+
 }  // namespace
 
 namespace run_detail {
@@ -171,11 +256,20 @@ void generate_all(RunModel& s, const std::vector<PreparedRequest>& list, const C
   res.committed_before = start;
   if (start > 0) note(fmt::format("resuming after {} committed prompts", start));
 
+  if (EngineModel* em = s.engine_model(); em && o.tensor_parallel <= 1)
+    return generate_on_engine(s, *em, list, spec, o, out, res, agree);
   DecodeForward& fwd = s.decoder();
   auto last_checkpoint = Clock::now();
   std::int64_t since_checkpoint = 0, next = start;
   while (next < total) {
     const auto batch = next_batch(list, static_cast<std::size_t>(next), o.batch_size);
+    std::vector<std::int64_t> lens;
+    std::vector<std::string> ids;
+    for (const auto* p : batch) {
+      lens.push_back(static_cast<std::int64_t>(p->ids.size()));
+      ids.push_back(p->id);
+    }
+    s.begin_rows(lens, ids);
     Generated g = generate_batch(s, fwd, batch, spec, o);
     for (std::size_t r = 0; r < batch.size(); ++r) {
       const CapturedPrompt none;

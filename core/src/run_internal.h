@@ -23,6 +23,10 @@ struct PreparedRequest {
   std::string key;                 // requests with equal keys may share a micro-batch
 };
 
+// One request tokenized, its settings merged over o.defaults and checked (BadInput naming
+// Request::where); its seed is its own or o.seed + index.
+PreparedRequest prepare_one(const RunModel& s, const Request& r, std::int64_t index, const RunOptions& o);
+
 // Tokenizes and checks every request (BadInput naming Request::where); with skip_bad a bad one
 // is listed in `skipped` instead. BadInput if none is left.
 std::vector<PreparedRequest> prepare(const RunModel& s, const std::vector<Request>& requests, const RunOptions& o,

@@ -38,6 +38,8 @@ void check_decoding_settings(const RunModel& s, const Request& r, const Generati
   }
 }
 
+}  // namespace
+
 PreparedRequest prepare_one(const RunModel& s, const Request& r, std::int64_t index, const RunOptions& o) {
   const auto& cfg = s.config();
   PreparedRequest p;
@@ -70,8 +72,6 @@ PreparedRequest prepare_one(const RunModel& s, const Request& r, std::int64_t in
   p.key = p.settings.batch_key();
   return p;
 }
-
-}  // namespace
 
 std::vector<PreparedRequest> prepare(const RunModel& s, const std::vector<Request>& requests, const RunOptions& o,
                                      std::vector<std::string>& skipped) {

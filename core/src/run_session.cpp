@@ -36,6 +36,10 @@ class SessionModel final : public RunModel {
     if (!decoder_) decoder_.emplace(s_);
     return *decoder_;
   }
+  EngineModel* engine_model() override {
+    if (!engine_) engine_ = session_engine_model(s_);
+    return engine_.get();
+  }
   Tensor forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap) override {
     ForwardInput in;
     in.tokens = static_cast<std::int64_t>(ids.size());
@@ -47,6 +51,7 @@ class SessionModel final : public RunModel {
  private:
   Session& s_;
   std::optional<SessionDecodeForward> decoder_;
+  std::unique_ptr<EngineModel> engine_;
   EditCall call_;
 };
 
@@ -59,6 +64,11 @@ RunResult run(Session& session, const std::vector<Request>& requests, const RunO
   o.job = session.backend().process_group();
   o.tensor_parallel = session.backend().info().tensor_parallel;
   return run(m, requests, o);
+}
+
+EngineRequest engine_request(Session& s, const Request& r, const RunOptions& o, std::int64_t index) {
+  SessionModel m(s);
+  return engine_request(static_cast<const RunModel&>(m), r, o, index);
 }
 
 CaptureSpec make_capture_spec(Session& s, const CaptureSettings& settings, bool per_sequence_ok) {

@@ -262,9 +262,9 @@ TEST(Engine, OneDecodeForwardServesEveryRunningSequence) {
   for (int i = 0; i < 5; ++i) reqs.push_back(ar_request({5, 6, 7, static_cast<std::int32_t>(8 + i)}, 10, 1, false));
   for (auto& q : reqs) q.ar.eos_ids.clear();
   const auto got = run_engine(engine, reqs, {0, 0, 0, 0, 0});
-  // One step prefills the five prompts (one forward each, within the budget), then nine decode
+  // One forward prefills the five prompts together (they fit the step's budget), then nine decode
   // steps of one forward each serve all five.
-  EXPECT_EQ(m.forwards.load(), 5 + 9);
+  EXPECT_EQ(m.forwards.load(), 1 + 9);
   for (const auto& t : got) EXPECT_EQ(t.tokens.size(), 10u);
 }
 

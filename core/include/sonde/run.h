@@ -7,6 +7,7 @@
 // results and the sinks in step and resumes after their last common mark.
 #include <sonde/capture.h>
 #include <sonde/edit_spec.h>
+#include <sonde/engine.h>
 #include <sonde/process_group.h>
 #include <sonde/request.h>
 #include <sonde/session.h>
@@ -60,6 +61,9 @@ class RunModel {
   virtual void set_edits(std::vector<Edit> edits);
   // The sequences of the next generation or forward: prompt lengths and ids, for the edits' rows.
   virtual void begin_rows(const std::vector<std::int64_t>& /*prompt_len*/, const std::vector<std::string>& /*ids*/) {}
+  // The model as the step-level engine drives it (engine.h), kept for the run; null: the run
+  // layer's own micro-batches over decoder() instead (fakes of unit tests).
+  virtual EngineModel* engine_model() { return nullptr; }
 };
 
 // The capture spec of `settings` for a model: hooks resolved (closest names suggested for
@@ -154,6 +158,13 @@ struct RunResult {
   RunTotals totals;
   bool cancelled = false;              // stopped by `cancel`; a committed run is resumable
 };
+
+// One request made ready for the engine (engine.h) as run() would run it: tokenized (a chat
+// rendered), checked, its settings over o.defaults resolved into the model's decode options, its
+// seed its own or o.seed + index. BadInput naming the request (Request::where). The front ends
+// that submit requests one at a time (Python's Model.submit, the server) start here.
+EngineRequest engine_request(const RunModel& m, const Request& r, const RunOptions& o, std::int64_t index = 0);
+EngineRequest engine_request(Session& s, const Request& r, const RunOptions& o, std::int64_t index = 0);
 
 // Runs `requests`. BadInput (nothing written) for a request that cannot run: no tokens, ids
 // outside the vocabulary, too long for the model, bad settings; with skip_bad such requests
