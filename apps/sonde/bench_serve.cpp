@@ -275,9 +275,9 @@ std::vector<Trace> run_engine(Session& s, const ServeBenchOptions& o, const Leve
 // ---- the baselines --------------------------------------------------------------------------------
 
 // Each request alone, once: its tokens and their offsets from its start.
-std::vector<Generation> run_alone(Session& s, const std::vector<Req>& pool) {
+std::vector<Generation> run_alone(Session& s, const std::vector<Req>& reqs) {
   std::vector<Generation> out;
-  for (const Req& r : pool) out.push_back(generate(s, {r.prompt}, r.gen));
+  for (const Req& r : reqs) out.push_back(generate(s, {r.prompt}, r.gen));
   return out;
 }
 
@@ -392,14 +392,14 @@ void print_text(const ordered_json& j) {
       j["arch"].get<std::string>(), j["backend"].get<std::string>(), j["threads"].get<int>(), j["prompt_range"][0].get<std::int64_t>(),
       j["prompt_range"][1].get<std::int64_t>(), j["gen_range"][0].get<std::int64_t>(), j["gen_range"][1].get<std::int64_t>(),
       j["seed"].get<std::uint64_t>(), j["think_s"].get<double>());
-  std::cout << fmt::format("reference: one {}-token prefill + 2 decode steps alone: {:.3f} s (median of 3); load average "
-                           "{:.1f} before, {:.1f} after\n",
-                           j["reference_prompt"].get<std::int64_t>(), j["reference_s"].get<double>(), j["load_average"][0].get<double>(),
+  std::cout << fmt::format("load average {:.1f} before, {:.1f} after\n", j["load_average"][0].get<double>(),
                            j["load_average"][1].get<double>());
   for (const auto& L : j["levels"]) {
     std::cout << fmt::format("{} clients, {} requests, {} generated tokens; engine slots {}, prefill chunk {}; static batches of up to {}\n",
                              L["clients"].get<std::int64_t>(), L["requests"].get<std::int64_t>(), L["engine"]["tokens"].get<std::int64_t>(),
                              L["slots"].get<std::int64_t>(), j["prefill_chunk"].get<std::int64_t>(), L["batch"].get<std::int64_t>());
+    std::cout << fmt::format("  reference: one {}-token prefill + 2 decode steps alone: {:.3f} s (median of 3)\n",
+                             j["reference_prompt"].get<std::int64_t>(), L["reference_s"].get<double>());
     std::cout << fmt::format("  {:<16} {:>9} {:>8} {:>8} {:>8}   {:>7} {:>7} {:>7}   {}\n", "system", "tokens/s", "TTFT p50",
                              "p90", "p99 (s)", "ITL p50", "p90", "p99 ms", "completed");
     print_system("engine", L["engine"]);
@@ -458,14 +458,18 @@ int bench_serve(Session& s, const ServeBenchOptions& o, const PromptIds& ids) {
   const double load_before = load_average();
   auto t0 = Clock::now();
   generate(s, {ids(16, 7)}, 4);  // warm-up: page in the weights
-  const double reference = reference_seconds(s, ids, o.reference_prompt);
-  const std::vector<Generation> alone = run_alone(s, pool);
-  progress(o, fmt::format("reference and {} requests alone", pool.size()), since(t0));
+  progress(o, "warm-up", since(t0));
 
+  // Each client count measures its own solo runs and reference just before its engine run: a
+  // shared host's speed drifts over minutes, and a baseline measured long before would carry it.
   ordered_json levels = ordered_json::array();
   for (const auto clients : o.clients) {
     const Level L = make_level(o, clients);
     const std::vector<Req> reqs(pool.begin(), pool.begin() + L.requests);
+    t0 = Clock::now();
+    const double reference = reference_seconds(s, ids, o.reference_prompt);
+    const std::vector<Generation> alone = run_alone(s, reqs);
+    progress(o, fmt::format("{} clients: reference and {} requests alone", clients, reqs.size()), since(t0));
     t0 = Clock::now();
     const auto engine = summarize(run_engine(s, o, L, reqs), reqs, alone);
     progress(o, fmt::format("{} clients: engine", clients), since(t0));
@@ -476,7 +480,7 @@ int bench_serve(Session& s, const ServeBenchOptions& o, const PromptIds& ids) {
     progress(o, fmt::format("{} clients: static batches", clients), since(t0));
     const auto one = summarize(simulate(L, 1, one_at_a_time(alone), alone_runs), reqs, alone);
     levels.push_back({{"clients", clients}, {"requests", L.requests}, {"slots", L.slots}, {"batch", L.batch},
-                      {"engine", engine}, {"one_at_a_time", one}, {"static", stat},
+                      {"reference_s", reference}, {"engine", engine}, {"one_at_a_time", one}, {"static", stat},
                       {"ratios", {{"one_at_a_time", ratios(engine, one)}, {"static", ratios(engine, stat)}}}});
   }
   // The targets, at 16 clients (or the most clients run).
@@ -484,6 +488,7 @@ int bench_serve(Session& s, const ServeBenchOptions& o, const PromptIds& ids) {
   const auto& top = at != levels.end() ? *at : levels.back();
   const double x = top["ratios"]["one_at_a_time"]["tokens_per_s"].get<double>();
   const double ttft = top["engine"]["ttft_s"]["p50"].get<double>();
+  const double reference = top["reference_s"].get<double>();
   const auto info = s.backend().info();
   ordered_json j{{"mode", "serve"}, {"arch", s.info().arch}, {"backend", info.name}, {"threads", info.threads},
                  {"seed", o.seed}, {"think_s", o.think}, {"prompt_range", {o.prompt_min, o.prompt_max}},

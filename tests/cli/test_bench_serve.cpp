@@ -115,6 +115,7 @@ TEST_F(BenchServe, JsonHasEveryLevelSystemAndRatio) {
     EXPECT_EQ(L["requests"].get<std::int64_t>(), 5);
     EXPECT_EQ(L["slots"].get<std::int64_t>(), clients[l]);  // by default one slot and one batch row per client
     EXPECT_EQ(L["batch"].get<std::int64_t>(), clients[l]);
+    EXPECT_GT(L["reference_s"].get<double>(), 0.0) << at;  // measured next to each client count's runs
     for (const char* sys : {"engine", "one_at_a_time", "static"}) expect_system(L[sys], 5, at + sys);
     // Every system served the same requests (lengths by request index), and every level sends the
     // first requests of one pool.
@@ -143,6 +144,7 @@ TEST_F(BenchServe, JsonHasEveryLevelSystemAndRatio) {
   const json& t = j["targets"];
   EXPECT_EQ(t["clients"].get<std::int64_t>(), 3);
   EXPECT_EQ(t["reference_s"].get<double>(), j["reference_s"].get<double>());
+  EXPECT_EQ(t["reference_s"].get<double>(), j["levels"][1]["reference_s"].get<double>());
   EXPECT_EQ(t["ttft_p50_s"].get<double>(), j["levels"][1]["engine"]["ttft_s"]["p50"].get<double>());
   EXPECT_EQ(t["throughput_met"].get<bool>(), t["tokens_per_s_vs_one_at_a_time"].get<double>() >= 3.0);
   EXPECT_EQ(t["ttft_met"].get<bool>(), t["ttft_p50_s"].get<double>() < t["reference_s"].get<double>());
