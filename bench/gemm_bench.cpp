@@ -4,9 +4,13 @@
 // GEMVs, the bandwidth bound (weight bytes / bandwidth) against the time achieved.
 //
 // Usage: gemm_bench [--threads N] [--repeat N] [--backends a,b] [--plugin-dir DIR]
+//                   [--shapes MxKxN,...] [--weights f32,bf16] [--linear auto,gemv,gemm] [--no-sgemm]
 //                   [--bandwidth-only] [--json]
 // Shapes are M x K x N: x[M,K] times W[N,K]^T (nn.Linear layout), 2*M*K*N flops. One-row
 // (decode) shapes run with cold caches, so their weights come from memory as in a real decode.
+// --linear: the threaded backend once per SONDE_THREADED_LINEAR value, as rows "threaded:gemv"
+// etc., taking turns on every shape (the dispatch's choice against both paths in one run, so a
+// host's load shifts them alike). --no-sgemm: no OpenBLAS baseline (ratios are then 0).
 #include <sonde/backend.h>
 #include <sonde/dtype.h>
 #include <sonde/error.h>
@@ -43,17 +47,20 @@ using sonde::Shape;
 using sonde::Tensor;
 using sonde::TensorView;
 
-struct Options {
-  int threads = 2, repeat = 5;
-  std::vector<std::string> backends;  // empty: every backend found
-  std::string plugin_dir;
-  bool bandwidth_only = false, json = false;
-};
-
 struct GemmShape {
   std::int64_t m, k, n;
   std::string str() const { return fmt::format("{}x{}x{}", m, k, n); }
   double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n); }
+};
+
+struct Options {
+  int threads = 2, repeat = 5;
+  std::vector<std::string> backends;  // empty: every backend found
+  std::string plugin_dir;
+  bool bandwidth_only = false, json = false, sgemm = true;
+  std::vector<std::string> linear;  // SONDE_THREADED_LINEAR values; empty: the environment's
+  std::vector<DType> weights{DType::f32, DType::bf16};
+  std::vector<GemmShape> shapes;  // empty: kShapes
 };
 
 const std::vector<GemmShape> kShapes = {
@@ -177,7 +184,7 @@ Row run_backend(sonde::Backend& be, const std::string& name, const GemmShape& g,
   }, g.m == 1);
   row.gflops = g.flops() / row.seconds / 1e9;
   row.ratio = base.sgemm_s / row.seconds;
-  if (wdt == DType::f32) row.error = rel_error(y, base.y);
+  if (wdt == DType::f32 && !base.y.empty()) row.error = rel_error(y, base.y);
   return row;
 }
 
@@ -187,6 +194,14 @@ std::vector<std::string> backend_names(const Options& o) {
   for (const auto& e : sonde::PluginRegistry::instance().plugins())
     if (e.kind == "backend") names.push_back(e.name);
   return names;
+}
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string b; std::getline(ss, b, ',');)
+    if (!b.empty()) out.push_back(b);
+  return out;
 }
 
 Options parse(int argc, char** argv) {
@@ -201,6 +216,24 @@ Options parse(int argc, char** argv) {
     else if (a == "--repeat") o.repeat = std::stoi(value());
     else if (a == "--plugin-dir") o.plugin_dir = value();
     else if (a == "--bandwidth-only") o.bandwidth_only = true;
+    else if (a == "--no-sgemm") o.sgemm = false;
+    else if (a == "--linear") o.linear = split(value());
+    else if (a == "--weights") {
+      o.weights.clear();
+      for (const auto& w : split(value())) {
+        if (w != "f32" && w != "bf16") sonde::bad_input("--weights: '{}' is not f32 or bf16", w);
+        o.weights.push_back(w == "f32" ? DType::f32 : DType::bf16);
+      }
+    } else if (a == "--shapes") {
+      for (const auto& s : split(value())) {
+        GemmShape g{};
+        char x1 = 0, x2 = 0;
+        std::istringstream in(s);
+        if (!(in >> g.m >> x1 >> g.k >> x2 >> g.n) || x1 != 'x' || x2 != 'x' || g.m < 1 || g.k < 1 || g.n < 1 || !in.eof())
+          sonde::bad_input("--shapes: '{}' is not MxKxN with positive sizes", s);
+        o.shapes.push_back(g);
+      }
+    }
     else if (a == "--json") o.json = true;
     else if (a == "--backends") {
       std::stringstream ss(value());
@@ -239,6 +272,15 @@ int main(int argc, char** argv) try {
   reg.scan(sonde::PluginRegistry::search_path(o.plugin_dir));
   std::vector<std::pair<std::string, std::shared_ptr<sonde::Backend>>> backends;
   for (const auto& name : backend_names(o)) {
+    if (name == "threaded" && !o.linear.empty()) {
+      for (const auto& mode : o.linear) {
+        ::setenv("SONDE_THREADED_LINEAR", mode.c_str(), 1);  // read by init
+        auto b = reg.backend(name);
+        b->init(sonde::BackendOptions{o.threads});
+        backends.emplace_back(name + ":" + mode, b);
+      }
+      continue;
+    }
     auto b = reg.backend(name);
     b->init(sonde::BackendOptions{o.threads});
     backends.emplace_back(name, b);
@@ -248,21 +290,24 @@ int main(int argc, char** argv) try {
   fmt::print("memory bandwidth (streaming read of 1 GiB, {} threads): {:.1f} GB/s\n\n", o.threads, bw);
   fmt::print("{:<16} {:<10} {:<5} {:>10} {:>9} {:>9}\n", "MxKxN", "impl", "W", "ms", "GFLOP/s", "vs sgemm");
   std::vector<Row> rows;
-  for (const auto& g : kShapes) {
+  for (const auto& g : o.shapes.empty() ? kShapes : o.shapes) {
     const Tensor x = random_tensor(DType::f32, Shape{g.m, g.k}, 3);
     const Tensor w = random_tensor(DType::f32, Shape{g.n, g.k}, 7);
     // The OpenBLAS pool size is global: a backend's init may have changed it.
     openblas_set_num_threads(o.threads);
-    const Baseline base = run_openblas(g, x, w, o.repeat);
-    rows.push_back({g.str(), "sgemm", "f32", base.sgemm_s, g.flops() / base.sgemm_s / 1e9, 1.0, 4.0 * g.n * g.k});
-    print_row(rows.back());
-    if (g.m == 1) {
+    Baseline base;
+    if (o.sgemm) {
+      base = run_openblas(g, x, w, o.repeat);
+      rows.push_back({g.str(), "sgemm", "f32", base.sgemm_s, g.flops() / base.sgemm_s / 1e9, 1.0, 4.0 * g.n * g.k});
+      print_row(rows.back());
+    }
+    if (o.sgemm && g.m == 1) {
       rows.push_back({g.str(), "sgemv", "f32", base.sgemv_s, g.flops() / base.sgemv_s / 1e9, base.sgemm_s / base.sgemv_s,
                       4.0 * g.n * g.k});
       print_row(rows.back());
     }
     for (auto& [name, be] : backends)
-      for (DType wdt : {DType::f32, DType::bf16}) {
+      for (DType wdt : o.weights) {
         rows.push_back(run_backend(*be, name, g, wdt, x, w, base, o.repeat));
         print_row(rows.back());
       }

@@ -1,7 +1,7 @@
 // sonde batch (design §6): a JSONL dataset through generation, results to R.jsonl and, with
 // --hooks, activations to an HDF5 file committed in step with it. Checkpoints every K prompts or
-// T seconds; --resume continues after the last checkpoint; SIGINT finishes the micro-batch,
-// checkpoints and exits 130 with a resumable run.
+// T seconds; --resume continues after the last checkpoint; SIGINT stops at the engine's next
+// step, checkpoints every prompt finished so far and exits 130 with a resumable run.
 #include "app_common.h"
 #include "batch_progress.h"
 #include "commands.h"
@@ -31,7 +31,7 @@ extern "C" void on_sigint(int sig) {
 }
 
 // Every signal that ends a run (Ctrl-C, kill, a closed terminal) only raises a flag: the run
-// finishes its micro-batch, checkpoints and stops resumable.
+// stops at the engine's next step, checkpoints what has finished and stops resumable.
 void catch_sigint() {
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
@@ -171,7 +171,7 @@ int cmd_batch(const Args& args) {
        "HDF5 file for the activations selected with --hooks (under mpiexec with several model copies: a "
        "directory of rank-<r>.h5 files and run.h5, which joins them)")
       ("stats", po::value(&o.stats), "running statistics of the --hooks rows (HDF5; resumable with --resume)")
-      ("batch-size", po::value(&o.batch_size)->default_value(8), "prompts per micro-batch")
+      ("batch-size", po::value(&o.batch_size)->default_value(8), "sequences decoded at once (the engine's slots, docs/engine.md)")
       ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(64), "commit every K prompts")
       ("checkpoint-seconds", po::value(&o.checkpoint_seconds)->default_value(60), "commit at least every T seconds")
       ("resume", po::bool_switch(&o.resume), "continue the run in --output/--acts after its last checkpoint")

@@ -33,15 +33,17 @@ using Clock = std::chrono::steady_clock;
 struct BenchOptions {
   CommonOptions common;
   std::string mode = "prefill";
+  std::string logits = "all";  // prefill: the LM head at every position or at each row's last
   std::int64_t tokens = 128, prompt_tokens = 128, batch = 1, repeat = 3;
   DiffusionBenchOptions diffusion;  // --mode diffusion
   ServeBenchOptions serve;          // --mode serve
-  bool json = false, prompt_given = false, no_cache = false;
+  bool json = false, prompt_given = false, no_cache = false, logits_given = false;
 };
 
 // One timed run: `seconds` is the timed part; decode also reports the prefill it excludes.
 struct RunTime {
   double seconds = 0, prefill_seconds = 0;
+  std::int64_t logit_rows = 0;  // prefill: positions per row the LM head ran at (as returned)
   double read_seconds = 0;  // decode: one streaming read of the weights a step reads, next to this run
 };
 
@@ -83,15 +85,20 @@ std::vector<std::vector<std::int32_t>> bench_prompts(const Session& s, std::int6
   return prompts;
 }
 
-// Prefill: one forward over batch x tokens, logits at every position (as a forward returns them).
+// Prefill: one forward over batch x tokens, logits at every position (--logits all, as a forward
+// returns them) or at each row's last (--logits last, as a generation's prefill and llama-bench
+// run the head). What ran is read off the logits returned, not assumed from the option.
 RunTime run_prefill(Session& s, const BenchOptions& o) {
   ForwardInput in;
   in.batch = o.batch;
   in.tokens = o.tokens;
+  in.last_logits_only = o.logits == "last";
   for (const auto& p : bench_prompts(s, o.batch, o.tokens)) in.ids.insert(in.ids.end(), p.begin(), p.end());
   const auto t0 = Clock::now();
-  s.forward(in, true, {}, {});
-  return {since(t0), 0};
+  const Tensor logits = s.forward(in, true, {}, {});
+  RunTime r{since(t0), 0};
+  r.logit_rows = logits.shape()[1];
+  return r;
 }
 
 // Decode: greedy, no EOS, KV cache (unless --no-kv-cache). max_new_tokens = tokens + 1: step 0 is the prefill (its
@@ -143,6 +150,8 @@ void check_options(BenchOptions& o) {
   if (o.repeat < 1) bad_input("--repeat must be at least 1, got {}", o.repeat);
   if (o.prompt_tokens < 1) bad_input("--prompt-tokens must be at least 1, got {}", o.prompt_tokens);
   if (o.no_cache && o.mode != "decode") bad_input("--no-kv-cache applies to --mode decode, not {}", o.mode);
+  if (o.logits != "all" && o.logits != "last") bad_input("--logits: '{}' is not all or last", o.logits);
+  if (o.logits_given && o.mode != "prefill") bad_input("--logits applies to --mode prefill, not {}", o.mode);
   if (o.mode != "diffusion-step") return;
   // The canvas is prompt + masks; by default half and half (64 + 64 for --tokens 128).
   if (o.tokens < 2) bad_input("--tokens: a diffusion canvas needs a prompt token and a mask, got {}", o.tokens);
@@ -160,6 +169,9 @@ void check_model(const Session& s, const BenchOptions& o) {
               o.mode, cfg.dir.string(), s.info().arch);
   if (o.mode == "decode" && diffusion)
     bad_input("--mode decode: {} is a {} model (masked diffusion, no KV cache); use --mode diffusion-step",
+              cfg.dir.string(), s.info().arch);
+  if (o.mode == "prefill" && o.logits == "last" && diffusion)
+    bad_input("--logits last: {} is a {} model (masked diffusion), which reads logits at every position",
               cfg.dir.string(), s.info().arch);
   const auto total = o.mode == "decode" ? o.prompt_tokens + o.tokens + 1
                      : o.mode == "diffusion" ? o.prompt_tokens + o.tokens : o.tokens;
@@ -209,6 +221,11 @@ nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<Run
   j["median_tokens_per_s"] = median > 0 ? work / median : 0.0;
   j["repeat"] = o.repeat;
   if (o.mode != "prefill") j["prompt_tokens"] = o.prompt_tokens;
+  if (o.mode == "prefill") {
+    // Every run's head covered the same rows (one plan); "all" only when it ran at every position.
+    const std::int64_t rows = runs.front().logit_rows;
+    j["logits"] = rows == o.tokens ? "all" : rows == 1 ? "last" : fmt::format("{} of {}", rows, o.tokens);
+  }
   if (o.mode == "decode") {
     j["prefill_seconds"] = runs.front().prefill_seconds;
     j["kv_cache"] = !o.no_cache;
@@ -236,6 +253,11 @@ nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<Run
 void print_text(const nlohmann::ordered_json& j) {
   std::cout << "sonde bench " << j["mode"].get<std::string>() << ": " << j["tokens"] << " tokens x batch "
             << j["batch"] << " on " << j["backend"].get<std::string>() << " (" << j["threads"] << " threads)\n";
+  if (j.contains("logits")) {
+    const auto l = j["logits"].get<std::string>();
+    std::cout << "  logits " << (l == "all" ? "at every position" : l == "last" ? "at each row's last position" : l)
+              << " (--logits)\n";
+  }
   std::cout << fmt::format("  best   {:.4f} s  {:.2f} tokens/s\n", j["seconds"].get<double>(),
                            j["tokens_per_s"].get<double>());
   std::cout << fmt::format("  median {:.4f} s  {:.2f} tokens/s  ({} runs after 1 warm-up)\n",
@@ -277,6 +299,9 @@ int cmd_bench(const Args& args) {
       ("prompt-tokens", po::value(&o.prompt_tokens),
        "decode, diffusion: prompt length (default 128); diffusion-step: prompt part of the canvas (default tokens/2)")
       ("batch", po::value(&o.batch)->default_value(1), "rows per forward; serve: static batches of up to N (default: the clients)")
+      ("logits", po::value(&o.logits)->default_value("all"),
+       "prefill: all (the LM head at every position, as forward writes them) or last (each row's last "
+       "position only, as a generation's prefill and llama-bench)")
       ("repeat", po::value(&o.repeat)->default_value(3), "timed runs after one warm-up; best and median reported")
       ("no-kv-cache", po::bool_switch(&o.no_cache), "decode: recompute the whole prefix every step (what the cache saves)")
       ("block-size", po::value(&o.diffusion.block_size)->default_value(32), "diffusion: block size of the block modes")
@@ -301,12 +326,13 @@ int cmd_bench(const Args& args) {
       ("json", po::bool_switch(&o.json), "print one JSON object");
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde bench --model DIR [--mode prefill|decode|diffusion-step|diffusion|serve] [--tokens N] "
-                           "[--prompt-tokens N] [--batch N] [--repeat N] [--json]\n"
+                           "[--prompt-tokens N] [--batch N] [--logits all|last] [--repeat N] [--json]\n"
                            "       sonde bench --model DIR --mode serve [--clients 1,4,16] [--requests N] "
                            "[--prompt-range 16:512] [--gen-range 16:256] [--think S] [--slots N] [--prefill-chunk N] [--json]",
                      desc, vm))
     return 0;
   o.prompt_given = vm.count("prompt-tokens") > 0;
+  o.logits_given = !vm["logits"].defaulted();
   check_options(o);
   if (o.mode == "serve") {
     if (!vm["tokens"].defaulted() || o.prompt_given)

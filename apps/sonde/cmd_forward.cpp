@@ -1,5 +1,6 @@
 // sonde forward: one forward pass over one sequence. Writes /input_ids, /logits (unshifted, as
-// the model returns them) and the selected hooks at every position, with /rows and /prompts.
+// the model returns them; not with --no-logits, which skips the LM head) and the selected hooks at
+// every position, with /rows and /prompts.
 #include "app_common.h"
 #include "commands.h"
 #include "run_flags.h"
@@ -16,7 +17,7 @@ int cmd_forward(const Args& args) {
   CommonOptions common;
   CaptureSettings capture;
   std::string ids_text, text, out, stats;
-  bool overwrite = false;
+  bool overwrite = false, no_logits = false;
   po::options_description desc("forward options");
   add_common_options(desc, common);
   EditFlags edits;
@@ -29,12 +30,15 @@ int cmd_forward(const Args& args) {
       ("storage-dtype", po::value(&capture.storage)->default_value("f32"), "f32, bf16 or f16")
       ("compress", po::bool_switch(&capture.compress), "shuffle + deflate")
       ("stats", po::value(&stats), "running statistics of the --hooks rows, an HDF5 file (also the input of mean edits)")
+      ("no-logits", po::bool_switch(&no_logits),
+       "hooks only: skip the LM head and every layer past the last hook; no /logits (root attribute logits = none)")
       ("overwrite", po::bool_switch(&overwrite), "replace an existing output file");
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde forward --model DIR (--ids 1,2,3 | --text T) --out F.h5 [--hooks SEL]", desc, vm))
     return 0;
   if (vm.count("ids") == vm.count("text")) bad_input("give exactly one of --ids and --text");
   check_capture_flags(capture, vm);
+  if (no_logits && capture.hooks.empty()) bad_input("--no-logits: without --hooks there is nothing to compute or write");
 
   Request request;
   if (vm.count("ids")) {
@@ -49,6 +53,7 @@ int cmd_forward(const Args& args) {
   o.kind = RunKind::Forward;
   o.command = "forward";
   o.capture = capture;
+  o.forward_logits = !no_logits;
   o.edits = edit_specs(edits);
   const bool writes = writes_outputs();  // the other ranks of a tensor-parallel copy compute only
   o.sinks = {writes ? SinkSpec{"hdf5", out, overwrite, nullptr} : SinkSpec{"discard", "", false, discard_sink()}};
@@ -60,11 +65,12 @@ int cmd_forward(const Args& args) {
   const RunResult res = run(*session, {request}, o);
   if (!writes) return 0;
 
-  const auto T = res.logits.shape()[0], V = res.logits.shape()[1];
+  const auto T = res.results.front().prompt_ids.size();
   std::cout << "wrote " << out << " (" << session->info().arch << ", backend " << session->backend_name() << ", " << T
             << " tokens)\n"
-            << "  /input_ids  [" << T << "] i32\n"
-            << "  /logits     [" << T << ", " << V << "] f32\n";
+            << "  /input_ids  [" << T << "] i32\n";
+  if (no_logits) std::cout << "  (no /logits: --no-logits; the LM head did not run)\n";
+  else std::cout << "  /logits     [" << T << ", " << res.logits.shape()[1] << "] f32\n";
   for (const auto& h : res.hooks) {
     std::string shape = std::to_string(T);
     for (auto d : h.row_shape) shape += ", " + std::to_string(d);

@@ -254,6 +254,10 @@ void Engine::start_thread(EngineSeq* s) {
       r.finish_reason = "error";
       r.error = e.what();
       r.error_kind = 1;
+    } catch (...) {  // a front end's own exception type: the request fails, the process goes on
+      r.finish_reason = "error";
+      r.error = "the request's loop threw an exception that is not a std::exception";
+      r.error_kind = 1;
     }
     if (r.prompt.empty()) r.prompt = s->req.prompt;
     std::unique_lock lk(mu_);
@@ -295,14 +299,7 @@ bool Engine::step() {
         }
       if (!any) break;
     }
-    std::vector<std::unique_ptr<EngineSeq>> gone;
-    for (auto it = running_.begin(); it != running_.end();)
-      if ((*it)->phase == EngineSeq::Phase::Ended) {
-        gone.push_back(std::move(*it));
-        it = running_.erase(it);
-      } else {
-        ++it;
-      }
+    auto gone = take_ended_locked();
     if (gone.empty()) break;
     lk.unlock();
     retire(gone);
@@ -321,6 +318,18 @@ bool Engine::step() {
     counts_.kv_capacity = kv_->capacity();
   }
   return !running_.empty() || !waiting_.empty();
+}
+
+std::vector<std::unique_ptr<EngineSeq>> Engine::take_ended_locked() {
+  std::vector<std::unique_ptr<EngineSeq>> gone;
+  for (auto it = running_.begin(); it != running_.end();)
+    if ((*it)->phase == EngineSeq::Phase::Ended) {
+      gone.push_back(std::move(*it));
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  return gone;
 }
 
 void Engine::retire(std::vector<std::unique_ptr<EngineSeq>>& gone) {
@@ -391,9 +400,18 @@ void Engine::stop() {
   }
   cv_.notify_all();
   loop_.join();
+  // Requests that ended after the loop's last step leave now, not at a step that may never come.
+  std::lock_guard step_lk(step_mu_);
+  std::vector<std::unique_ptr<EngineSeq>> gone;
+  {
+    std::lock_guard lk(mu_);
+    started_ = false;
+    stopping_ = false;
+    gone = take_ended_locked();
+  }
+  retire(gone);
   std::lock_guard lk(mu_);
-  started_ = false;
-  stopping_ = false;
+  if (kv_) counts_.kv_rows = kv_->rows();
 }
 
 EngineStats Engine::stats() const {

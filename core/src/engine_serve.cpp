@@ -76,7 +76,7 @@ Tensor Engine::run_forward(const StepInput& in, KvCache* cache, KvCache* scratch
     tap = [&](const std::string& hook, const TensorView& v) {
       for (const auto& b : blocks) {
         EngineSeq& s = *b.seq;
-        if (!s.taps.count(hook)) continue;
+        if (!s.taps.count(hook) || (!s.post.need_logits && model_.only_with_logits(hook))) continue;
         const TensorView mine = rows_view(v, b.row, b.count, b.pad, b.tokens);
         if (!join_taps) {
           s.tap(hook, mine);

@@ -16,6 +16,7 @@ class SessionEngineModel : public EngineModel {
   bool has_slot_cache() const override { return use_kv_cache_ && !s_.info().causal && !s_.info().past_k.empty(); }
   KvCache new_cache(std::int64_t batch, std::int64_t capacity) const override { return s_.new_kv_cache(batch, capacity); }
   void set_edits(std::vector<Edit> edits) override { s_.set_edits(std::move(edits)); }
+  bool only_with_logits(const std::string& hook) const override { return hook == "hook_logits"; }
 
   Tensor forward(const EngineBatch& b) override {
     const StepInput& in = b.step;

@@ -12,9 +12,10 @@
 
 namespace sonde {
 
-// Holds what a decode step or a prefill of a few hundred tokens frees; the logits of a long
-// prefill (600 KB per token on Qwen2.5) are let go.
-constexpr std::size_t kKeptBufferBytes = std::size_t{256} << 20;
+// Holds what a forward of a few thousand tokens frees, its logits included (600 KB per token on
+// Qwen2.5: 1.2 GB at 2048); BufferPool::next_round lets go of what the next forward does not
+// take again, so a long prefill's buffers do not stay through the decode steps after it.
+constexpr std::size_t kKeptBufferBytes = std::size_t{2} << 30;
 
 Executor::Executor(Backend& primary, Backend& reference)
     : primary_(primary), reference_(reference), buffers_(kKeptBufferBytes) {}
@@ -125,6 +126,7 @@ Plan Executor::plan(const Graph& g, const std::vector<std::string>& outputs, con
 std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::string, TensorView>& feeds,
                                             const Tap& tap, std::span<const std::pair<int, TensorView>> placed) const {
   const Graph& g = *p.graph;
+  buffers_.next_round();
   std::vector<Tensor> owned(g.nodes.size());
   std::vector<TensorView> value(g.nodes.size());
   std::vector<char> is_placed(g.nodes.size(), 0);

@@ -117,8 +117,10 @@ RowKind forward_row_kind(const RunModel& s, const CaptureSpec& spec, std::int32_
   return spec.is_special(id) ? RowKind::Special : RowKind::Prompt;
 }
 
-// One forward pass over one request: every hook at every position, /input_ids and /logits.
-void run_forward(RunModel& s, const PreparedRequest& p, const CaptureSpec& spec, Outputs& out, RunResult& res) {
+// One forward pass over one request: every hook at every position, /input_ids and /logits (unless
+// the run asked for hooks only: RunOptions::forward_logits).
+void run_forward(RunModel& s, const PreparedRequest& p, const CaptureSpec& spec, bool logits_wanted, Outputs& out,
+                 RunResult& res) {
   const auto T = static_cast<std::int64_t>(p.ids.size());
   std::set<std::string> taps;
   for (const auto& h : spec.hooks) taps.insert(h.name);
@@ -130,7 +132,7 @@ void run_forward(RunModel& s, const PreparedRequest& p, const CaptureSpec& spec,
     rows.rank -= 1;
     for (auto& sink : sinks)
       if (sink->wants(hook)) sink->write(TapRecord{hook, p.index}, v.reshaped(rows));
-  });
+  }, logits_wanted);
   std::vector<RowRecord> rows;
   for (std::int64_t t = 0; t < T; ++t) {
     const std::int32_t id = p.ids[static_cast<std::size_t>(t)];
@@ -139,13 +141,15 @@ void run_forward(RunModel& s, const PreparedRequest& p, const CaptureSpec& spec,
   RequestResult r = result_of(p);
   r.finish_reason = "forward";
   const PromptRecord rec = prompt_record(r);
-  logits.view() = logits.view().reshaped(Shape{T, s.config().vocab_size});  // [1, T, V] -> [T, V], no copy
-  res.logits = std::move(logits);
+  if (logits_wanted) {
+    logits.view() = logits.view().reshaped(Shape{T, s.config().vocab_size});  // [1, T, V] -> [T, V], no copy
+    res.logits = std::move(logits);
+  }
   for (auto& sink : sinks) {
     sink->add_rows(rows);
     sink->end_prompt(rec);
     sink->write_array("/input_ids", TensorView(const_cast<std::int32_t*>(p.ids.data()), DType::i32, Shape{T}));
-    sink->write_array("/logits", res.logits.view());
+    if (logits_wanted) sink->write_array("/logits", res.logits.view());
   }
   res.totals = RunTotals{1, T, 0, static_cast<std::int64_t>(rows.size())};
   res.results.push_back(std::move(r));
@@ -202,11 +206,13 @@ void generate_on_engine(RunModel& s, EngineModel& em, const std::vector<Prepared
   auto last_checkpoint = Clock::now();
   std::int64_t since_checkpoint = 0, next_submit = start, next = start;
   while (next < total) {
-    for (EngineStats st = engine.stats(); next_submit < total && st.running + st.waiting < eo.slots; ++st.waiting)
-      submit(next_submit++);
+    // A request that has ended frees its slot at the engine's next step, when the next one joins.
+    std::int64_t in_flight = 0;
+    for (std::int64_t i = next; i < next_submit; ++i) in_flight += handles[static_cast<std::size_t>(i)]->done() ? 0 : 1;
+    for (; next_submit < total && in_flight < eo.slots; ++in_flight) submit(next_submit++);
     engine.step();
     bool wrote = false;
-    for (; next < total && handles[static_cast<std::size_t>(next)]->done(); ++next, wrote = true) {
+    for (; next < next_submit && handles[static_cast<std::size_t>(next)]->done(); ++next, wrote = true) {
       const EngineResult r = handles[static_cast<std::size_t>(next)]->wait();
       if (r.finish_reason == "error") throw Error(static_cast<ErrorKind>(r.error_kind), r.error);
       Generated& g = *made[static_cast<std::size_t>(next)];
@@ -345,7 +351,7 @@ RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOption
   const auto config = run_config(s, o, prepared);
   Outputs out(o, spec, run_metadata(s, config, o.capture.storage), diffusion);
   if (o.kind == RunKind::Forward) {
-    run_forward(s, prepared[0], spec, out, res);
+    run_forward(s, prepared[0], spec, o.forward_logits, out, res);
     out.close();
     return res;
   }

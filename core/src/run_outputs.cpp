@@ -52,6 +52,7 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
     j["edits"] = edits;
   }
   if (o.kind == RunKind::Generate && s.info().decoding == DecodingKind::MaskedDiffusion) j["decoding"] = decoding(s, prepared);
+  if (o.kind == RunKind::Forward) j["logits"] = o.forward_logits ? "all" : "none";
   if (!o.dataset_path.empty()) {
     j["input_sha256"] = sha256_file(o.dataset_path);
   } else {  // a one-shot file is the only record of what it ran
@@ -86,6 +87,8 @@ RunMetadata run_metadata(const RunModel& s, const nlohmann::json& run_config, co
   m.ints = {{"prediction_shift", s.info().prediction_shift}, {"rank", 0}, {"world_size", 1}};
   // The edits a run applied, on every output (run_config_json holds them too, with the rest).
   if (run_config.contains("edits")) m.strings["edits_json"] = run_config["edits"].dump();
+  // A forward's file says whether /logits is there by design ("none": hooks only, no LM head).
+  if (run_config.contains("logits")) m.strings["logits"] = run_config["logits"].get<std::string>();
   // A diffusion run's decoding as root attributes too, when its requests share one ("mixed"
   // otherwise: run_config_json's "decoding" lists them).
   const auto& config = run_config;

@@ -40,12 +40,13 @@ class SessionModel final : public RunModel {
     if (!engine_) engine_ = session_engine_model(s_);
     return engine_.get();
   }
-  Tensor forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap) override {
+  Tensor forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap,
+                 bool need_logits) override {
     ForwardInput in;
     in.tokens = static_cast<std::int64_t>(ids.size());
     in.ids = ids;
     in.edit = &call_;
-    return s_.forward(in, true, taps, tap);
+    return s_.forward(in, need_logits, taps, tap);
   }
 
  private:

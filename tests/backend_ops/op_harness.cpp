@@ -77,7 +77,10 @@ std::vector<TensorView> prepared_inputs(Backend& backend, const std::vector<Arg>
 
 Tensor run_on(Backend& backend, const Node& node, const std::vector<Arg>& args) {
   const auto in = prepared_inputs(backend, args);
+  // Filled with NaN bits (0xFF bytes: a NaN in every float dtype), as a reused executor buffer may
+  // hold anything: an op that leaves an element unwritten shows it in every comparison.
   Tensor out(node.dtype, node.shape);
+  std::memset(out.view().data, 0xFF, out.view().nbytes());
   backend.run(node, in, out.view());
   backend.sync();
   return out;

@@ -27,7 +27,8 @@ Tensor bytes(const Shape& shape, const std::vector<int>& v);                  //
 
 Node make_node(OpKind op, const Shape& out_shape, const std::string& name = "test.op", DType dtype = DType::f32);
 
-// Runs `node` on `backend` with fresh output buffer of node.shape / node.dtype.
+// Runs `node` on `backend` with a fresh output buffer of node.shape / node.dtype, filled with NaN
+// bits first (Backend::run writes every element of its output).
 Tensor run_on(Backend& backend, const Node& node, const std::vector<Arg>& args);
 // The input dtypes the backend will see (weights after upload).
 std::vector<TensorView> prepared_inputs(Backend& backend, const std::vector<Arg>& args);

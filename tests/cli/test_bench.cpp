@@ -205,6 +205,27 @@ TEST_F(Bench, Q8DecodeBoundCountsTheInt8BlocksTheBackendReads) {
   EXPECT_EQ(j["backend_weight_bytes"].get<std::uint64_t>(), bytes) << j.dump();
 }
 
+// --logits says where the LM head ran, read off the logits the forward returned: every position by
+// default, each row's last with --logits last; the text output says which.
+TEST_F(Bench, PrefillSaysWhereTheLogitsWereComputed) {
+  const json all = bench_json(qwen_, {"--tokens", "8", "--batch", "2", "--repeat", "1", "--backend", "reference"});
+  const json last = bench_json(qwen_, {"--tokens", "8", "--batch", "2", "--repeat", "1", "--backend", "reference",
+                                       "--logits", "last"});
+  ASSERT_TRUE(all.contains("logits")) << all.dump();
+  ASSERT_TRUE(last.contains("logits")) << last.dump();
+  EXPECT_EQ(all["logits"], "all");
+  EXPECT_EQ(last["logits"], "last");
+  expect_fields(last, "prefill", 8, 2, "reference");
+  const json threaded = bench_json(qwen_, {"--tokens", "5", "--repeat", "1", "--logits", "last"});
+  EXPECT_EQ(threaded["logits"], "last") << threaded.dump();
+  const Outcome text = run({"bench", "--model", qwen_.string(), "--tokens", "4", "--repeat", "1", "--logits", "last"});
+  ASSERT_EQ(text.exit_code, 0) << text.describe();
+  EXPECT_NE(text.out.find("logits at each row's last position"), std::string::npos) << text.out;
+  // Decode has no such choice; a diffusion model reads every position.
+  EXPECT_FALSE(bench_json(qwen_, {"--mode", "decode", "--tokens", "2", "--prompt-tokens", "3", "--repeat", "1"})
+                   .contains("logits"));
+}
+
 TEST_F(Bench, TextOutputNamesTheRate) {
   const Outcome o = run({"bench", "--model", qwen_.string(), "--tokens", "4", "--repeat", "1"});
   ASSERT_EQ(o.exit_code, 0) << o.describe();
@@ -247,6 +268,11 @@ TEST_F(Bench, BadInputExitsTwoNamingTheValue) {
                              {"--prompt-tokens", "0"}, {"at least"}));
   EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--no-kv-cache"}), "bench", {"--no-kv-cache", "prefill"},
                              {"applies to"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--logits", "some"}), "bench", {"--logits", "some"}, {"all or last"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "decode", "--logits", "last"}), "bench",
+                             {"--logits", "decode"}, {"applies to"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", d, "--logits", "last"}), "bench", {"--logits last", "dream"},
+                             {"every position"}));
   // A diffusion step needs a masked-diffusion model; decode needs a KV cache (not Dream).
   EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "diffusion-step"}), "bench", {"qwen2"},
                              {"masked-diffusion"}));

@@ -187,6 +187,33 @@ TEST_F(Commands, ForwardWritesLogitsAndTheSelectedHooks) {
   EXPECT_TRUE(dataset_shape(out, "/acts/blocks.0.hook_resid_pre").empty()) << "a hook that was not asked for";
 }
 
+// Hooks only: no /logits, the file says so, and the hooks are those of a full forward.
+TEST_F(Commands, ForwardWithoutLogitsWritesHooksAndSaysSo) {
+  const fs::path full = dir_ / "full.h5", hooks = dir_ / "hooks.h5";
+  const std::vector<std::string> common{"forward", "--model", model_.string(), "--ids", "5,6,7", "--hooks",
+                                        "blocks.0.hook_resid_post"};
+  auto with = common, without = common;
+  with.insert(with.end(), {"--out", full.string()});
+  without.insert(without.end(), {"--out", hooks.string(), "--no-logits"});
+  const Outcome a = run(with), b = run(without);
+  ASSERT_EQ(a.exit_code, 0) << a.describe();
+  ASSERT_EQ(b.exit_code, 0) << b.describe();
+  EXPECT_EQ(string_attr(full, "logits"), std::optional<std::string>("all"));
+  EXPECT_EQ(string_attr(hooks, "logits"), std::optional<std::string>("none"));
+  EXPECT_EQ(dataset_shape(full, "/logits"), (std::vector<std::int64_t>{3, kVocab}));
+  EXPECT_TRUE(dataset_shape(hooks, "/logits").empty()) << "a /logits dataset under --no-logits";
+  EXPECT_EQ(complete_attr(hooks), 1);
+  EXPECT_EQ(read_ints(hooks, "/input_ids"), (std::vector<std::int64_t>{5, 6, 7}));
+  EXPECT_EQ(dataset_shape(hooks, "/acts/blocks.0.hook_resid_post"), (std::vector<std::int64_t>{3, kHidden}));
+  EXPECT_EQ(read_floats(hooks, "/acts/blocks.0.hook_resid_post"), read_floats(full, "/acts/blocks.0.hook_resid_post"));
+  EXPECT_FALSE(read_floats(hooks, "/acts/blocks.0.hook_resid_post").empty());
+  EXPECT_NE(b.out.find("no /logits"), std::string::npos) << b.out;
+  // Nothing to compute: refused before any work.
+  EXPECT_TRUE(one_line_error(run({"forward", "--model", model_.string(), "--ids", "1,2", "--out",
+                                  (dir_ / "none.h5").string(), "--no-logits"}),
+                             "forward", {"--no-logits"}, {"--hooks"}));
+}
+
 TEST_F(Commands, ForwardAcceptsAliases) {
   // design §4: HF module paths, hidden_states.k and llama.cpp tags, stored under canonical names.
   const fs::path out = dir_ / "acts.h5";

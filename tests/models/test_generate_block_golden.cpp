@@ -107,7 +107,19 @@ TEST_P(BlockGolden, MatchesPyTorchReference) {
     const auto comp = out[r]["completion_ids"].get<Ids>();
     seq.insert(seq.end(), comp.begin(), comp.end());
     EXPECT_EQ(seq, c["sequences"][r].get<Ids>());
-    EXPECT_EQ(out[r]["history"].get<std::vector<Ids>>(), c["history"][r].get<std::vector<Ids>>());
+    // The reference's batch loop moves its rows in lockstep (a row that finished its block waits,
+    // its canvas repeated, until every row has; the loop steps until every row is done); sonde's
+    // engine runs each request as alone, so its history has the same canvases without the waits.
+    const auto distinct = [](const std::vector<Ids>& h) {
+      std::vector<Ids> out;
+      for (const auto& c : h)
+        if (out.empty() || out.back() != c) out.push_back(c);
+      return out;
+    };
+    const auto ours = out[r]["history"].get<std::vector<Ids>>(), theirs = c["history"][r].get<std::vector<Ids>>();
+    ASSERT_FALSE(ours.empty());
+    EXPECT_LE(ours.size(), theirs.size());
+    EXPECT_EQ(distinct(ours), distinct(theirs));
   }
   if (out.size() > 1)
     for (std::size_t r = 0; r < out.size(); ++r) {

@@ -75,6 +75,11 @@ def test_a_hook_that_raises_names_the_hook(models):
         with pytest.raises(sonde.HookError, match="hook 'blocks.1.hook_resid_post' raised") as e:
             model.run_with_cache(IDS)
     assert isinstance(e.value.__cause__, ValueError) and "boom" in str(e.value.__cause__)
+    # generate() runs each prompt on the engine's threads: the same error, not an abort.
+    with model.hooks({"blocks.1.hook_resid_post": broken}):
+        with pytest.raises(sonde.HookError, match="hook 'blocks.1.hook_resid_post' raised") as e:
+            model.generate([IDS, IDS[:3]], max_new_tokens=4)
+    assert isinstance(e.value.__cause__, ValueError) and "boom" in str(e.value.__cause__)
     with model.hooks({HOOK: lambda x, ctx: np.zeros(3)}):
         with pytest.raises(sonde.HookError, match=r"returned shape \[3\]"):
             model.run_with_cache(IDS)

@@ -56,7 +56,8 @@ std::vector<HookPoint> FakeModel::hook_points() const {
   return {{"blocks.0.hook_resid_post", {4}}, {"blocks.1.hook_resid_post", {4}}};
 }
 
-Tensor FakeModel::forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap) {
+Tensor FakeModel::forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap,
+                          bool need_logits) {
   ++forwards;
   StepInput in;
   in.tokens = static_cast<std::int64_t>(ids.size());
@@ -65,7 +66,7 @@ Tensor FakeModel::forward(const std::vector<std::int32_t>& ids, const std::set<s
   lm_.set_taps(hooks, tap);
   Tensor logits = lm_.forward(in);
   lm_.set_taps({}, {});
-  return logits;
+  return need_logits ? logits : Tensor();
 }
 
 void FakeModel::use_tokenizer() {

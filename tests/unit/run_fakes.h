@@ -50,7 +50,8 @@ class FakeModel : public RunModel {
   std::string backend_name() const override { return "fake"; }
   std::filesystem::path model_dir() const override { return config_.dir; }
   DecodeForward& decoder() override { return lm_; }
-  Tensor forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap) override;
+  Tensor forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap,
+                 bool need_logits) override;
 
   // A synthetic byte-level BPE tokenizer; the vocabulary grows to its 300 tokens (eos 299).
   void use_tokenizer();

@@ -99,6 +99,32 @@ TEST_F(Fixture, TapsSeeTheValueTheBackendWrote) {
   EXPECT_EQ(seen["b"], (std::vector<float>{105.25f, 205.25f, 305.25f}));
 }
 
+// A run's output, let go by the caller, is the next run's output buffer: a prefill's logits are
+// not mapped and faulted in again on every forward. The backend sees it as the last run left it
+// (no zero-fill: every op writes its whole output).
+TEST_F(Fixture, TheNextRunReusesTheOutputBufferAsItWasLeft) {
+  ON_CALL(primary, supports(_, _)).WillByDefault(Return(true));
+  std::vector<float> seen_before_write;
+  ON_CALL(primary, run(_, _, _)).WillByDefault([&](const sonde::Node& n, std::span<const sonde::TensorView> in, const sonde::TensorView& out) {
+    if (n.op == sonde::OpKind::SiluMul) seen_before_write.assign(out.as<float>(), out.as<float>() + 3);
+    for (int i = 0; i < 3; ++i) out.as<float>()[i] = in[0].as<float>()[i] + 1.0f;
+  });
+  const auto g = chain();
+  sonde::Executor ex(primary, reference);
+  const auto plan = ex.plan(g, {"out"}, {});
+  const void* first = nullptr;
+  {
+    auto out = ex.run(plan, feeds, {});
+    first = out.at("out").view().data;
+    EXPECT_EQ(std::vector<float>(out.at("out").data<float>(), out.at("out").data<float>() + 3), (std::vector<float>{3, 4, 5}));
+  }
+  for (int r = 0; r < 3; ++r) {
+    auto again = ex.run(plan, feeds, {});
+    EXPECT_EQ(again.at("out").view().data, first) << "run " << r;
+    EXPECT_EQ(seen_before_write, (std::vector<float>{3, 4, 5})) << "run " << r << ": the buffer was refilled";
+  }
+}
+
 // A plan is reused after the graph's inputs change shape: the backends see the new shapes, the
 // outputs come back in them, and an input fed in the old shape is refused.
 TEST_F(Fixture, APlanRunsTheGraphAfterItsInputsChangeShape) {

@@ -4,6 +4,8 @@
     model = sonde.Model("models/small")
     logits, cache = model.run_with_cache("def add(a, b):", hooks="blocks.*.hook_resid_post")
     out = model.generate(["Hello"], max_new_tokens=8)
+    h = model.submit("Hello", max_new_tokens=8)    # runs beside other submitted requests
+    print(h.result().text)
 
 See docs/python.md for every call.
 """
@@ -11,9 +13,10 @@ See docs/python.md for every call.
 from ._sonde import BadInput, Error, HookError, RuntimeFailure
 from ._model import Cache, Finished, Generation, HookPoint, Model, Step, Token, Tokenizer, ROW_KINDS
 from ._batch import batch
+from ._submit import Completion, Handle
 from ._dump import Dump, open_dump
 
-__all__ = ["Model", "Tokenizer", "Cache", "Generation", "HookPoint", "Token", "Step", "Finished", "ROW_KINDS",
+__all__ = ["Model", "Tokenizer", "Cache", "Generation", "Handle", "Completion", "HookPoint", "Token", "Step", "Finished", "ROW_KINDS",
            "Error", "BadInput", "RuntimeFailure", "HookError", "bf16_to_f32", "batch", "open_dump", "Dump"]
 
 

@@ -1,6 +1,7 @@
 # Type stubs of the sonde package (docs/python.md).
 from types import SimpleNamespace
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import (Any, AsyncIterator, Callable, ContextManager, Dict, Generator, Iterator, List, Mapping, NamedTuple,
+                    Optional, Sequence, Tuple, Union)
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +56,32 @@ class Generation:
     history: List[List[npt.NDArray[np.int32]]]
     cache: Cache
 
+class Completion(NamedTuple):
+    id: str
+    prompt_ids: npt.NDArray[np.int32]
+    tokens: npt.NDArray[np.int32]
+    text: Optional[str]
+    finish_reason: str
+    seed: int
+    history: List[npt.NDArray[np.int32]]
+    acts: Dict[str, List[npt.NDArray[np.float32]]]
+    forwards: int
+    first_seconds: float
+    end_seconds: float
+
+# Iterating yields token ids (autoregressive) or int32 canvases (diffusion).
+class Handle(Iterator[Any], AsyncIterator[Any]):
+    @property
+    def id(self) -> str: ...
+    def done(self) -> bool: ...
+    def cancel(self) -> bool: ...
+    def result(self) -> Completion: ...
+    def __iter__(self) -> Handle: ...
+    def __next__(self) -> Any: ...
+    def __aiter__(self) -> Handle: ...
+    async def __anext__(self) -> Any: ...
+    def __await__(self) -> Generator[Any, None, Completion]: ...
+
 class Model:
     config: Dict[str, Any]
     arch: str
@@ -79,6 +106,16 @@ class Model:
                  alg_temp: Optional[float] = ..., seed: int = ..., hooks: Optional[str] = ..., positions: str = ...,
                  capture: str = ..., storage: str = ..., batch_size: int = ..., history: bool = ...) -> Generation: ...
     def generate_stream(self, prompts: Union[Prompt, Sequence[Prompt]], **kwargs: Any) -> Iterator[Union[Token, Step, Finished]]: ...
+    def engine(self, slots: int = ..., max_waiting: int = ..., max_context: int = ..., prefill_chunk: int = ...) -> None: ...
+    def engine_stats(self) -> Dict[str, int]: ...
+    def submit(self, prompt: Optional[Prompt] = ..., *, ids: Optional[Ids] = ...,
+               messages: Optional[Sequence[Mapping[str, str]]] = ..., id: Optional[str] = ...,
+               max_new_tokens: Optional[int] = ..., temperature: Optional[float] = ..., top_p: Optional[float] = ...,
+               top_k: Optional[int] = ..., repetition_penalty: Optional[float] = ...,
+               stop: Optional[Union[str, Sequence[str]]] = ..., steps: Optional[int] = ..., alg: Optional[str] = ...,
+               eps: Optional[float] = ..., alg_temp: Optional[float] = ..., seed: int = ...,
+               edits: Optional[Sequence[Mapping[str, Any]]] = ..., hooks: Optional[str] = ...,
+               **settings: Any) -> Handle: ...
 
 class Dump:
     path: str

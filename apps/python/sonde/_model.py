@@ -6,7 +6,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from . import _drive, _sonde
+from . import _drive, _sonde, _submit
 
 HookPoint = namedtuple("HookPoint", "name shape")
 Token = namedtuple("Token", "request token")
@@ -18,6 +18,8 @@ ROW_KINDS = {0: "prompt", 1: "generated", 2: "special", 3: "masked", 4: "committ
 
 _SETTINGS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "stop", "steps",
              "alg", "eps", "alg_temp")
+# Settings of a submitted request beyond generate()'s keywords (a dataset line's keys).
+_MORE_SETTINGS = ("diffusion_mode", "block_size", "tokens_per_step", "refresh_every", "threshold")
 
 
 class Tokenizer:
@@ -254,6 +256,63 @@ class Model:
         reqs, options = self._generate_call(prompts, seed, hooks, positions, capture, storage, batch_size,
                                             history, settings)
         return Generation(self._run(reqs, options))
+
+    def engine(self, slots=8, max_waiting=256, max_context=2048, prefill_chunk=256):
+        """Configures the step-level engine that runs submitted requests (docs/python.md): `slots`
+        sequences at once, at most `max_waiting` queued behind them (submit refuses more), each of
+        at most `max_context` tokens (prompt + new), prompts prefilled `prefill_chunk` tokens a
+        step. Makes it now (its KV cache: slots x max_context); without this call the first submit
+        makes one with these defaults. BadInput while requests run or wait."""
+        self._engine.configure_engine(int(slots), int(max_waiting), int(max_context), int(prefill_chunk))
+
+    def engine_stats(self):
+        """The engine's counters: waiting, running, steps, forwards, submitted, finished, kv_rows,
+        kv_filled, kv_capacity, threads (all 0 before the first submit)."""
+        return self._engine.engine_stats()
+
+    def submit(self, prompt=None, *, ids=None, messages=None, id=None, max_new_tokens=None, temperature=None,
+               top_p=None, top_k=None, repetition_penalty=None, stop=None, steps=None, alg=None, eps=None,
+               alg_temp=None, seed=0, edits=None, hooks=None, **settings):
+        """Queues one request on the model's step-level engine and returns at once with a Handle:
+        it runs beside the other submitted requests, joining the running batch at the next step.
+
+        The prompt: `prompt` (text, token ids or a dataset line's dict), or `ids=`, or
+        `messages=` (a chat, rendered with the model's template). Settings as generate()'s, plus
+        diffusion_mode, block_size, tokens_per_step, refresh_every, threshold; `seed` is this
+        request's (generate's prompt i uses seed + i). The tokens equal generate()'s for the same
+        prompt, settings and seed, bit for bit, whatever else runs.
+
+        edits: this request's own edits (the entries of `model.edits`, docs/interventions.md),
+        touching its rows only, added to those of enclosing `with model.edits(...)` blocks.
+        hooks: a hook selection whose values are captured at every forward of the request, into
+        Completion.acts. Python hook functions (`with model.hooks(...)`) are not run for it.
+        """
+        if self._hooks:
+            raise _sonde.BadInput("submit: Python hook functions (model.hooks) run in generate() and "
+                                  "run_with_cache() only; give submit declarative edits=")
+        given = [k for k, v in (("prompt", prompt), ("ids", ids), ("messages", messages)) if v is not None]
+        if len(given) != 1:
+            raise TypeError(f"submit: give one of prompt, ids or messages, not {' and '.join(given) or 'none'}")
+        if ids is not None:
+            if len(ids) == 0:
+                raise _sonde.BadInput("submit: ids is empty")
+            request = {"ids": [int(i) for i in ids]}
+        elif messages is not None:
+            request = {"messages": [{"role": m["role"], "content": m["content"]} for m in messages]}
+        else:
+            request = _request(prompt)
+        if id is not None:
+            request["id"] = str(id)
+        unknown = set(settings) - set(_MORE_SETTINGS)
+        if unknown:
+            raise TypeError(f"submit: unknown argument {sorted(unknown)[0]!r}")
+        named = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                     repetition_penalty=repetition_penalty, stop=stop, steps=steps, alg=alg, eps=eps,
+                     alg_temp=alg_temp, **settings)
+        defaults = {k: v for k, v in named.items() if v is not None}
+        if isinstance(defaults.get("stop"), str):
+            defaults["stop"] = [defaults["stop"]]
+        return _submit.submit(self._engine, request, defaults, seed, list(self._edits) + list(edits or []), hooks)
 
     def generate_stream(self, prompts, **kwargs):
         """model.generate as a generator: yields Token(request, token) for each token an

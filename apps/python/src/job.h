@@ -26,8 +26,12 @@ struct Event {
   RunProgress progress;
 };
 
-// Thrown from a callback to stop a run mid micro-batch; never leaves the worker.
-struct Cancelled {};
+// Thrown from a callback to stop a run mid micro-batch; never leaves the worker. A
+// std::exception: the callbacks run on the engine's request threads (run() is its client),
+// which end a request with the error of a std::exception and let nothing else out.
+struct Cancelled : std::exception {
+  const char* what() const noexcept override { return "cancelled"; }
+};
 
 class Job {
  public:

@@ -3,8 +3,10 @@
 // every piece of policy (defaults, checks, capture, decoding) is the run layer's, as for the CLI.
 #include "arrays.h"
 #include "job.h"
+#include "loaded.h"
 #include "memory_sink.h"
 #include "options.h"
+#include "submit.h"
 
 #include <sonde/chat.h>
 #include <sonde/dataset.h>
@@ -39,14 +41,7 @@ std::string plugin_dir_beside_core() {
   return (std::filesystem::path(info.dli_fname).parent_path() / "sonde").string();
 }
 
-// A Session and the lock that keeps one run at a time on it; shared with running jobs, so that
-// deleting the Python model while a run is under way is safe.
-struct Engine {
-  std::unique_ptr<Session> session;
-  std::mutex mu;
-};
-
-const Tokenizer& tokenizer_of(const Engine& e) {
+const Tokenizer& tokenizer_of(const Loaded& e) {
   const Tokenizer* t = e.session->tokenizer();
   if (!t)
     bad_input("{} has no tokenizer (tokenizer.json, or vocab.json and merges.txt); give token ids instead",
@@ -149,15 +144,39 @@ pb::object event_object(const Event& e) {
 }
 
 // A Python hook that raised: its exception, re-raised by Job.result() as the cause of a
-// sonde.HookError naming the hook.
-struct PyHookError {
+// sonde.HookError naming the hook. A std::exception, as it may leave a request's loop on the
+// engine's threads, which keep only its message: the job's HookFailure keeps the rest.
+struct PyHookError : std::exception {
+  PyHookError(std::string h, pb::error_already_set e)
+      : hook(std::move(h)), error(std::move(e)), message("hook '" + hook + "' raised " + error.what()) {}
+  const char* what() const noexcept override { return message.c_str(); }
   std::string hook;
   pb::error_already_set error;
+  std::string message;
+};
+
+// The first hook error of a job, whichever thread it was raised on.
+struct HookFailure {
+  std::mutex mu;
+  std::optional<PyHookError> first;
+  [[noreturn]] void raise(PyHookError e) {
+    {
+      std::lock_guard lock(mu);
+      if (!first) first.emplace(e);
+    }
+    throw e;
+  }
 };
 
 pb::object& hook_error_type() {
   static pb::object t;
   return t;
+}
+
+[[noreturn]] void raise_hook_error(PyHookError& h) {
+  h.error.restore();
+  pb::raise_from(hook_error_type().ptr(), h.message.c_str());
+  throw pb::error_already_set();
 }
 
 // A view of `v` for Python without a copy: valid only while the hook runs (the executor owns it).
@@ -172,12 +191,12 @@ pb::array borrowed(const TensorView& v, pb::dtype dt) {
 }
 
 // fn(x, ctx) at the hook's node: x the writable [B, T, *row] f32 value; a returned array replaces it.
-EditFn host_fn(pb::object fn) {
+EditFn host_fn(pb::object fn, std::shared_ptr<HookFailure> failure) {
   auto held = std::shared_ptr<pb::object>(new pb::object(std::move(fn)), [](pb::object* o) {
     pb::gil_scoped_acquire gil;
     delete o;
   });
-  return [held](const HostEditContext& c) {
+  return [held, failure](const HostEditContext& c) {
     pb::gil_scoped_acquire gil;
     try {
       pb::array x = borrowed(c.value, pb::dtype::of<float>());
@@ -197,10 +216,10 @@ EditFn host_fn(pb::object fn) {
       }
       std::copy(r.data(), r.data() + r.size(), static_cast<float*>(c.value.data));
     } catch (pb::error_already_set& e) {
-      throw PyHookError{c.hook, std::move(e)};
+      failure->raise(PyHookError(c.hook, std::move(e)));
     } catch (const std::exception& e) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
-      throw PyHookError{c.hook, pb::error_already_set()};
+      failure->raise(PyHookError(c.hook, pb::error_already_set()));
     }
   };
 }
@@ -219,7 +238,8 @@ struct PythonThread {
 
 // A started run: the Job and, when it has ended, its outcome.
 struct PyJob {
-  std::shared_ptr<Engine> engine;
+  std::shared_ptr<Loaded> engine;
+  std::shared_ptr<HookFailure> hook_failure = std::make_shared<HookFailure>();
   std::unique_ptr<Outcome> outcome = std::make_unique<Outcome>();
   std::unique_ptr<Job> job;
   ~PyJob() {  // joining the worker, which may need the GIL to finish
@@ -229,7 +249,7 @@ struct PyJob {
 };
 
 // host_hooks: [(hook selection, fn, positions, steps)], run as host edits (edits.h).
-std::unique_ptr<PyJob> start(std::shared_ptr<Engine> engine, const std::string& requests_json,
+std::unique_ptr<PyJob> start(std::shared_ptr<Loaded> engine, const std::string& requests_json,
                              const std::string& options_json, const pb::list& host_hooks) {
   auto pj = std::make_unique<PyJob>();
   pj->engine = engine;
@@ -240,7 +260,7 @@ std::unique_ptr<PyJob> start(std::shared_ptr<Engine> engine, const std::string& 
     e.hook = t[0].cast<std::string>();
     e.where = "hooks: " + e.hook;
     e.op = "host";
-    e.fn = host_fn(pb::reinterpret_borrow<pb::object>(t[1]));
+    e.fn = host_fn(pb::reinterpret_borrow<pb::object>(t[1]), pj->hook_failure);
     e.positions = nlohmann::json::parse(t[2].cast<std::string>());
     e.steps = t[3].cast<std::string>();
     spec->options.edits.push_back(std::move(e));
@@ -273,9 +293,78 @@ std::unique_ptr<PyJob> start(std::shared_ptr<Engine> engine, const std::string& 
     std::vector<Request> requests = std::move(spec->requests);
     if (!spec->dataset.empty()) requests = read_dataset(spec->dataset, spec->skip_bad).requests;
     std::lock_guard lock(engine->mu);
+    // The Session's edits are this run's now; the engine's (each tagged with its request, which
+    // a run's rows would all take) are set again before its next forward (loaded.h).
+    ++engine->runs;
+    if (!engine->session->edits().empty()) engine->session->set_edits({});
     outcome->result = run(*engine->session, requests, o);
   });
   return pj;
+}
+
+
+// ---- Model.submit ----------------------------------------------------------------------------------
+
+// One forward's rows of a hook, [1, T, *row] as the engine tapped them, as a float32 [T, *row].
+pb::array tapped_array(Tensor&& t) {
+  const Shape sh = t.shape();
+  std::vector<pb::ssize_t> shape;
+  for (int k = 1; k < sh.rank; ++k) shape.push_back(sh[k]);
+  if (sh.rank < 2 || sh[0] != 1) runtime_error("submit: a tapped value of {} rows, not 1", sh.rank ? sh[0] : 0);
+  if (t.dtype() == DType::f32) return owned_array(std::move(t), shape);
+  const auto n = static_cast<std::size_t>(t.view().numel());
+  std::vector<float> f(n);
+  const auto* bits = static_cast<const std::uint16_t*>(t.view().data);
+  if (t.dtype() == DType::bf16)
+    for (std::size_t i = 0; i < n; ++i) f[i] = bf16_to_f32(bits[i]);
+  else if (t.dtype() == DType::f16)
+    for (std::size_t i = 0; i < n; ++i) f[i] = f16_to_f32(bits[i]);
+  else
+    runtime_error("submit: a tapped value of dtype {}", dtype_name(t.dtype()));
+  return owned_array(std::move(f), shape);
+}
+
+pb::list stream_items(const std::vector<StreamItem>& items, bool diffusion) {
+  pb::list out;
+  for (const auto& it : items)
+    out.append(diffusion ? pb::make_tuple(it.step, int_array(it.canvas)) : pb::make_tuple(it.step, it.token));
+  return out;
+}
+
+// The ended request's result; its error (finish_reason "error") raised as BadInput or RuntimeFailure.
+pb::dict submitted_result(Submitted& s) {
+  EngineResult r;
+  {
+    pb::gil_scoped_release nogil;
+    r = s.handle->wait();
+  }
+  if (r.finish_reason == "error") {
+    if (r.error_kind == 2) throw Error(ErrorKind::BadInput, r.error);
+    throw Error(ErrorKind::Runtime, r.error);
+  }
+  // A cancelled loop hands back nothing: the tokens it streamed are what it made.
+  if (r.finish_reason == "cancelled" && !s.diffusion) r.tokens = s.stream->tokens();
+  Session& session = *s.model->session;
+  const auto text = completion_text(session.tokenizer(), session.info(), r.tokens, s.stop);
+  pb::list history;
+  for (const auto& h : s.stream->history()) history.append(int_array(h));
+  pb::dict acts;
+  for (auto& [hook, parts] : s.stream->take_acts()) {
+    pb::list arrays;
+    for (auto& t : parts) arrays.append(tapped_array(std::move(t)));
+    acts[hook.c_str()] = arrays;
+  }
+  return pb::dict("id"_a = s.id, "prompt_ids"_a = int_array(r.prompt), "completion"_a = int_array(r.tokens),
+                  "completion_text"_a = text ? pb::object(pb::str(*text)) : pb::none(),
+                  "finish_reason"_a = r.finish_reason, "seed"_a = s.seed, "history"_a = history, "acts"_a = acts,
+                  "forwards"_a = r.forwards, "first_seconds"_a = s.stream->first_seconds(),
+                  "end_seconds"_a = s.stream->end_seconds());
+}
+
+pb::dict stats_dict(const EngineStats& st) {
+  return pb::dict("waiting"_a = st.waiting, "running"_a = st.running, "kv_rows"_a = st.kv_rows, "steps"_a = st.steps,
+                  "forwards"_a = st.forwards, "submitted"_a = st.submitted, "finished"_a = st.finished,
+                  "threads"_a = st.threads, "kv_filled"_a = st.kv_filled, "kv_capacity"_a = st.kv_capacity);
 }
 
 }  // namespace
@@ -309,7 +398,7 @@ PYBIND11_MODULE(_sonde, m) {
     }
   });
 
-  pb::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
+  pb::class_<Loaded, std::shared_ptr<Loaded>>(m, "Engine")
       .def(pb::init([](const std::string& model, const std::string& backend, int threads, const std::string& weights,
                        const std::string& plugin_dir) {
              SessionOptions o;
@@ -318,38 +407,103 @@ PYBIND11_MODULE(_sonde, m) {
              o.threads = threads;
              o.weights = weights;
              o.plugin_dir = plugin_dir.empty() ? plugin_dir_beside_core() : plugin_dir;
-             auto e = std::make_shared<Engine>();
+             auto e = std::make_shared<Loaded>();
              pb::gil_scoped_release nogil;
              e->session = Session::open(o);
              return e;
            }),
            "model"_a, "backend"_a = "", "threads"_a = 0, "weights"_a = "native", "plugin_dir"_a = "")
-      .def_property_readonly("config_json", [](Engine& e) { return e.session->config().raw_json; })
-      .def_property_readonly("arch", [](Engine& e) { return e.session->info().arch; })
+      .def_property_readonly("config_json", [](Loaded& e) { return e.session->config().raw_json; })
+      .def_property_readonly("arch", [](Loaded& e) { return e.session->info().arch; })
       .def_property_readonly("diffusion",
-                             [](Engine& e) { return e.session->info().decoding == DecodingKind::MaskedDiffusion; })
-      .def_property_readonly("backend", [](Engine& e) { return e.session->backend_name(); })
-      .def_property_readonly("model_dir", [](Engine& e) { return e.session->model_dir().string(); })
-      .def_property_readonly("has_tokenizer", [](Engine& e) { return e.session->tokenizer() != nullptr; })
+                             [](Loaded& e) { return e.session->info().decoding == DecodingKind::MaskedDiffusion; })
+      .def_property_readonly("backend", [](Loaded& e) { return e.session->backend_name(); })
+      .def_property_readonly("model_dir", [](Loaded& e) { return e.session->model_dir().string(); })
+      .def_property_readonly("has_tokenizer", [](Loaded& e) { return e.session->tokenizer() != nullptr; })
       .def("hook_points",
-           [](Engine& e) {
+           [](Loaded& e) {
              pb::list out;
              for (const auto& h : e.session->hook_points()) out.append(pb::make_tuple(h.name, pb::tuple(pb::cast(h.row_shape))));
              return out;
            })
-      .def("encode", [](Engine& e, const std::string& text) { return tokenizer_of(e).encode(text); })
+      .def("encode", [](Loaded& e, const std::string& text) { return tokenizer_of(e).encode(text); })
       .def("decode",
-           [](Engine& e, const std::vector<std::int32_t>& ids, bool skip_special) {
+           [](Loaded& e, const std::vector<std::int32_t>& ids, bool skip_special) {
              return pb::bytes(tokenizer_of(e).decode(ids, skip_special));
            },
            "ids"_a, "skip_special"_a = false)
       .def("chat",
-           [](Engine& e, const std::vector<std::pair<std::string, std::string>>& messages, bool add_generation_prompt) {
+           [](Loaded& e, const std::vector<std::pair<std::string, std::string>>& messages, bool add_generation_prompt) {
              std::vector<ChatMessage> ms;
              for (const auto& [role, content] : messages) ms.push_back({role, content});
              return apply_chat_template(ms, tokenizer_of(e).chat_template(), add_generation_prompt);
            })
-      .def("start", &start, "requests_json"_a, "options_json"_a, "host_hooks"_a = pb::list());
+      .def("start", &start, "requests_json"_a, "options_json"_a, "host_hooks"_a = pb::list())
+      .def("submit",
+           [](std::shared_ptr<Loaded> e, const std::string& request_json, const std::string& options_json) {
+             pb::gil_scoped_release nogil;
+             return submit(std::move(e), request_json, options_json);
+           })
+      .def("configure_engine",
+           [](Loaded& e, std::int64_t slots, std::int64_t max_waiting, std::int64_t max_context, std::int64_t prefill_chunk) {
+             EngineOptions o;
+             o.slots = slots;
+             o.max_waiting = max_waiting;
+             o.max_context = max_context;
+             o.prefill_chunk = prefill_chunk;
+             pb::gil_scoped_release nogil;
+             e.configure(o);
+           },
+           "slots"_a, "max_waiting"_a, "max_context"_a, "prefill_chunk"_a)
+      .def("engine_options",
+           [](Loaded& e) {
+             const EngineOptions o = e.options();
+             return pb::dict("slots"_a = o.slots, "max_waiting"_a = o.max_waiting, "max_context"_a = o.max_context,
+                             "prefill_chunk"_a = o.prefill_chunk);
+           })
+      .def("engine_stats", [](Loaded& e) {
+        EngineStats st;
+        {
+          pb::gil_scoped_release nogil;
+          st = e.stats();
+        }
+        return stats_dict(st);
+      });
+
+  pb::class_<Submitted>(m, "Submitted")
+      .def_property_readonly("engine_id", [](Submitted& s) { return s.handle->id(); })
+      .def_property_readonly("id", [](Submitted& s) { return s.id; })
+      .def_property_readonly("diffusion", [](Submitted& s) { return s.diffusion; })
+      // (items, ended): (step, token) or (step, canvas) items after waiting up to `seconds`.
+      .def("poll",
+           [](Submitted& s, double seconds) {
+             std::vector<StreamItem> items;
+             bool ended = false;
+             {
+               pb::gil_scoped_release nogil;
+               items = s.stream->take(seconds, ended);
+               // A request cancelled before it started never ran its loop, which ends the stream.
+               if (!ended && s.handle->done()) {
+                 auto more = s.stream->take(0, ended);
+                 items.insert(items.end(), more.begin(), more.end());
+                 ended = true;
+               }
+             }
+             return pb::make_tuple(stream_items(items, s.diffusion), ended);
+           },
+           "seconds"_a)
+      .def("fileno", [](Submitted& s) { return s.stream->fileno(); })
+      .def("drain", [](Submitted& s) { s.stream->drain(); })
+      .def("close_pipe", [](Submitted& s) { s.stream->close_pipe(); })
+      .def("done", [](Submitted& s) { return s.handle->done(); })
+      .def("cancel",
+           [](Submitted& s) {
+             pb::gil_scoped_release nogil;
+             const bool now = s.model->cancel(s.generation, s.handle->id());
+             if (s.handle->done()) s.stream->end();  // a waiting request ends at once, without its loop
+             return now;
+           })
+      .def("result", &submitted_result);
 
   pb::class_<PyJob>(m, "Job")
       .def("wait",
@@ -370,9 +524,15 @@ PYBIND11_MODULE(_sonde, m) {
           pb::gil_scoped_release nogil;
           j.job->join();
         } catch (PyHookError& h) {
-          h.error.restore();
-          pb::raise_from(hook_error_type().ptr(), ("hook '" + h.hook + "' raised " + h.error.what()).c_str());
-          throw pb::error_already_set();
+          raise_hook_error(h);
+        } catch (const Error&) {  // a hook's error as a request on the engine ended with it
+          std::optional<PyHookError> h;
+          {
+            std::lock_guard lock(j.hook_failure->mu);
+            h = j.hook_failure->first;
+          }
+          if (h) raise_hook_error(*h);
+          throw;
         }
         return outcome_dict(*j.outcome);
       });

@@ -54,7 +54,8 @@ class Backend : public Plugin {
     const TensorView v = weight(name);
     return {{static_cast<const std::byte*>(v.data), static_cast<std::size_t>(v.nbytes())}};
   }
-  // Output buffers are allocated by the executor (host memory, contiguous), or are the caller's
+  // Output buffers are allocated by the executor (host memory, contiguous, holding whatever the
+  // buffer's previous user left: run() writes every element of `out`), or are the caller's
   // memory: a Concat's output may start at its first input (a KV cache holding the past), and
   // that block must then be left as it is.
   virtual void run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) = 0;

@@ -57,6 +57,10 @@ class EngineModel {
   virtual Tensor forward(const EngineBatch& in) = 0;
   // The edits of every running request (each tagged with its owner); replaces the last set.
   virtual void set_edits(std::vector<Edit> edits) = 0;
+  // Hooks a forward produces only when it computes logits (the LM head's): a row whose own
+  // forward asked for none is not handed them when a shared forward computes logits for others,
+  // so that it sees what its forward alone would have (decode.h's feed_last forward).
+  virtual bool only_with_logits(const std::string& /*hook*/) const { return false; }
 };
 
 std::unique_ptr<EngineModel> session_engine_model(Session& session, bool use_kv_cache = true);
@@ -187,6 +191,7 @@ class Engine {
   friend class EngineSeqForward;
   void admit_locked(std::vector<EngineSeq*>& started);
   void start_thread(EngineSeq* s);
+  std::vector<std::unique_ptr<EngineSeq>> take_ended_locked();  // under mu_
   void retire(std::vector<std::unique_ptr<EngineSeq>>& gone);
   void serve(std::vector<EngineSeq*>& parked);
   void serve_decode(std::vector<EngineSeq*>& seqs);

@@ -50,7 +50,7 @@ class Executor {
  private:
   Backend& primary_;
   Backend& reference_;
-  mutable BufferPool buffers_;  // every node's output; run() is const, the pool locks
+  mutable BufferPool buffers_;  // every node's output (written in full by its op); run() is const, the pool locks
 };
 
 }  // namespace sonde

@@ -53,9 +53,10 @@ class RunModel {
   virtual std::filesystem::path model_dir() const = 0;
   // The decode loops' forward (decode.h), kept for the run.
   virtual DecodeForward& decoder() = 0;
-  // One forward pass over one sequence (RunKind::Forward): logits [1, T, V]; hooks to `tap` as
-  // [1, T, *row_shape].
-  virtual Tensor forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap) = 0;
+  // One forward pass over one sequence (RunKind::Forward): logits [1, T, V], or without
+  // need_logits an empty tensor and no LM head; hooks to `tap` as [1, T, *row_shape].
+  virtual Tensor forward(const std::vector<std::int32_t>& ids, const std::set<std::string>& taps, const HookTap& tap,
+                         bool need_logits) = 0;
   // Edits inserted into every later forward (edits.h); empty: none. A model that cannot edit
   // refuses a non-empty list (BadInput).
   virtual void set_edits(std::vector<Edit> edits);
@@ -102,6 +103,10 @@ struct RunOptions {
   std::uint64_t seed = 0;            // a request without a seed uses seed + its index
   std::int64_t batch_size = 0;       // requests per micro-batch (equal settings only); 0: all at once
   bool use_kv_cache = true;          // autoregressive: false recomputes the prefix every step
+  // Forward: every position's logits computed and written as /logits. false: the hooks only; the
+  // LM head (a quarter of Qwen2.5-0.5B's weights) and every layer past the last tapped hook are
+  // skipped, and the outputs' root attribute `logits` says "none" (else "all").
+  bool forward_logits = true;
   bool skip_bad = false;             // a request that fails preparation is skipped, not fatal
   CaptureSettings capture;           // nothing is captured without a sink
   std::vector<EditSpec> edits;       // interventions (edit_spec.h), recorded in run_config_json
@@ -152,7 +157,7 @@ struct RequestResult {
 struct RunResult {
   std::vector<RequestResult> results;  // the requests this call ran, in order (keep_results)
   std::vector<HookPoint> hooks;        // captured (row shapes as stored)
-  Tensor logits;                       // Forward: [T, vocab] f32
+  Tensor logits;                       // Forward: [T, vocab] f32 (empty without forward_logits)
   std::int64_t committed_before = 0;   // requests an earlier run had committed (resume)
   std::vector<std::string> skipped;    // skip_bad: "line N: why"
   RunTotals totals;
