@@ -3,6 +3,7 @@
 // --repeat times; "seconds" is the best run and "median_seconds" the median.
 #include "app_common.h"
 #include "bench_diffusion.h"
+#include "bench_serve.h"
 #include "commands.h"
 #include <sonde/host/cpu.h>
 #include <sonde/host/stream_read.h>
@@ -35,6 +36,7 @@ struct BenchOptions {
   std::string logits = "all";  // prefill: the LM head at every position or at each row's last
   std::int64_t tokens = 128, prompt_tokens = 128, batch = 1, repeat = 3;
   DiffusionBenchOptions diffusion;  // --mode diffusion
+  ServeBenchOptions serve;          // --mode serve
   bool json = false, prompt_given = false, no_cache = false, logits_given = false;
 };
 
@@ -141,8 +143,8 @@ RunTime run_once(Session& s, const BenchOptions& o, bool warmup) {
 }
 
 void check_options(BenchOptions& o) {
-  if (o.mode != "prefill" && o.mode != "decode" && o.mode != "diffusion-step" && o.mode != "diffusion")
-    bad_input("--mode: '{}' is not prefill, decode, diffusion-step or diffusion", o.mode);
+  if (o.mode != "prefill" && o.mode != "decode" && o.mode != "diffusion-step" && o.mode != "diffusion" && o.mode != "serve")
+    bad_input("--mode: '{}' is not prefill, decode, diffusion-step, diffusion or serve", o.mode);
   if (o.tokens < 1) bad_input("--tokens must be at least 1, got {}", o.tokens);
   if (o.batch < 1) bad_input("--batch must be at least 1, got {}", o.batch);
   if (o.repeat < 1) bad_input("--repeat must be at least 1, got {}", o.repeat);
@@ -159,6 +161,7 @@ void check_options(BenchOptions& o) {
 }
 
 void check_model(const Session& s, const BenchOptions& o) {
+  if (o.mode == "serve") return;  // bench_serve checks its own
   const auto& cfg = s.config();
   const bool diffusion = s.info().decoding == DecodingKind::MaskedDiffusion;
   if ((o.mode == "diffusion-step" || o.mode == "diffusion") && !diffusion)
@@ -289,12 +292,13 @@ int cmd_bench(const Args& args) {
   add_common_options(desc, o.common);
   desc.add_options()
       ("mode", po::value(&o.mode)->default_value("prefill"),
-       "prefill, decode, diffusion-step or diffusion (whole generations per decoding mode)")
+       "prefill, decode, diffusion-step, diffusion (whole generations per decoding mode) or serve "
+       "(simulated clients against the engine, one at a time and static batches)")
       ("tokens", po::value(&o.tokens)->default_value(128),
        "prefill: tokens per row; decode, diffusion: tokens generated after the prompt; diffusion-step: canvas length")
       ("prompt-tokens", po::value(&o.prompt_tokens),
        "decode, diffusion: prompt length (default 128); diffusion-step: prompt part of the canvas (default tokens/2)")
-      ("batch", po::value(&o.batch)->default_value(1), "rows per forward")
+      ("batch", po::value(&o.batch)->default_value(1), "rows per forward; serve: static batches of up to N (default: the clients)")
       ("logits", po::value(&o.logits)->default_value("all"),
        "prefill: all (the LM head at every position, as forward writes them) or last (each row's last "
        "position only, as a generation's prefill and llama-bench)")
@@ -304,17 +308,48 @@ int cmd_bench(const Args& args) {
       ("threshold", po::value(&o.diffusion.threshold)->default_value(0.9, "0.9"), "diffusion: confidence_threshold's threshold")
       ("tokens-per-step", po::value(&o.diffusion.tokens_per_step)->default_value(4),
        "diffusion: slots per step of the fixed-rate mode (independent of the weights)")
+      ("clients", po::value(&o.serve.clients_text)->default_value(o.serve.clients_text),
+       "serve: concurrent clients, one run per count (comma-separated)")
+      ("requests", po::value(&o.serve.requests)->default_value(0), "serve: requests per client count (0: max(8, 2 x clients))")
+      ("prompt-range", po::value(&o.serve.prompt_range)->default_value(o.serve.prompt_range),
+       "serve: prompt lengths MIN:MAX, uniform")
+      ("gen-range", po::value(&o.serve.gen_range)->default_value(o.serve.gen_range),
+       "serve: generated tokens MIN:MAX, uniform (greedy, EOS ignored)")
+      ("think", po::value(&o.serve.think)->default_value(0.5, "0.5"),
+       "serve: mean seconds (exponential) a client waits before each request")
+      ("seed", po::value(&o.serve.seed)->default_value(1), "serve: seed of the lengths and think times")
+      ("slots", po::value(&o.serve.slots)->default_value(0), "serve: engine slots (0: the clients)")
+      ("prefill-chunk", po::value(&o.serve.prefill_chunk)->default_value(256),
+       "serve: prompt tokens the engine prefills per step")
+      ("reference-prompt", po::value(&o.serve.reference_prompt)->default_value(256),
+       "serve: the TTFT target is one prefill of N tokens + 2 decode steps alone")
       ("json", po::bool_switch(&o.json), "print one JSON object");
   po::variables_map vm;
-  if (!parse_options(args, "usage: sonde bench --model DIR [--mode prefill|decode|diffusion-step|diffusion] [--tokens N] "
-                           "[--prompt-tokens N] [--batch N] [--logits all|last] [--repeat N] [--json]", desc, vm))
+  if (!parse_options(args, "usage: sonde bench --model DIR [--mode prefill|decode|diffusion-step|diffusion|serve] [--tokens N] "
+                           "[--prompt-tokens N] [--batch N] [--logits all|last] [--repeat N] [--json]\n"
+                           "       sonde bench --model DIR --mode serve [--clients 1,4,16] [--requests N] "
+                           "[--prompt-range 16:512] [--gen-range 16:256] [--think S] [--slots N] [--prefill-chunk N] [--json]",
+                     desc, vm))
     return 0;
   o.prompt_given = vm.count("prompt-tokens") > 0;
   o.logits_given = !vm["logits"].defaulted();
   check_options(o);
+  if (o.mode == "serve") {
+    if (!vm["tokens"].defaulted() || o.prompt_given)
+      bad_input("--tokens and --prompt-tokens do not apply to --mode serve; it takes --prompt-range and --gen-range");
+    o.serve.batch = vm["batch"].defaulted() ? 0 : o.batch;
+    o.serve.json = o.json;
+    prepare_serve_options(o.serve);
+  }
 
   auto session = open_session(o.common);
   check_model(*session, o);
+  if (o.mode == "serve") {  // simulated clients against the engine (bench_serve.h)
+    if (ProcessGroup* job = current_job(); job && job->size() > 1)
+      bad_input("--mode serve runs in one process, not on {} ranks", job->size());
+    Session& s = *session;
+    return bench_serve(s, o.serve, [&s](std::int64_t n, std::uint64_t row) { return bench_ids(s, n, row); });
+  }
   if (o.mode == "diffusion") {  // whole generations per decoding mode (bench_diffusion.h)
     o.diffusion.tokens = o.tokens;
     o.diffusion.repeat = o.repeat;
