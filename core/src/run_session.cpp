@@ -26,7 +26,7 @@ class SessionModel final : public RunModel {
   }
   void set_edits(std::vector<Edit> edits) override { s_.set_edits(std::move(edits)); }
   void begin_rows(const std::vector<std::int64_t>& prompt_len, const std::vector<std::string>& ids) override {
-    call_ = EditCall{prompt_len, ids, 0};
+    call_ = EditCall{prompt_len, ids, 0, {}, {}};
     static_cast<SessionDecodeForward&>(decoder()).begin_edit_rows(prompt_len, ids);
   }
   const Tokenizer* tokenizer() const override { return s_.tokenizer(); }

@@ -47,7 +47,7 @@ Tensor SessionDecodeForward::forward(const StepInput& in) {
 }
 
 void SessionDecodeForward::begin_edit_rows(std::vector<std::int64_t> prompt_len, std::vector<std::string> prompt_id) {
-  edit_call_ = EditCall{std::move(prompt_len), std::move(prompt_id), 0};
+  edit_call_ = EditCall{std::move(prompt_len), std::move(prompt_id), 0, {}, {}};
 }
 
 void SessionDecodeForward::set_taps(const std::vector<std::string>& hooks, HookTap tap) {

@@ -78,7 +78,7 @@ TEST(EditFeeds, SelectsRealSlotsByPositionAndStep) {
   const auto sel = [&](std::int64_t step) {
     std::vector<sonde::Tensor> storage;
     std::map<std::string, sonde::TensorView> feeds;
-    sonde::edit_feeds({e}, sonde::EditCall{{2, 1}, {"a", "b"}, step}, 2, 3, 0, pos, mask, storage, feeds);
+    sonde::edit_feeds({e}, sonde::EditCall{{2, 1}, {"a", "b"}, step, {}, {}}, 2, 3, 0, pos, mask, storage, feeds);
     const auto& v = feeds.at("edit.0.sel");
     return std::vector<int>(v.as<const std::uint8_t>(), v.as<const std::uint8_t>() + 6);
   };
