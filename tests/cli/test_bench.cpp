@@ -4,6 +4,7 @@
 #include "checkpoint.h"
 #include "expect.h"
 #include "process.h"
+#include "tiny_model_suite.h"
 #include "test_paths.h"
 
 #include <gtest/gtest.h>
@@ -18,21 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class Bench : public ::testing::Test {
+class Bench : public TwoFamilySuite {
  protected:
-  static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / "sonde-tests" / ("Bench-" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    qwen_ = root_ / "qwen2";
-    dream_ = root_ / "dream";
-    make_tiny_model(qwen_, "qwen2");
-    make_tiny_model(dream_, "dream");
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
-  void SetUp() override {
-    ASSERT_TRUE(fs::exists(qwen_ / "model.safetensors")) << "sonde make-model (qwen2) failed in SetUpTestSuite";
-    ASSERT_TRUE(fs::exists(dream_ / "model.safetensors")) << "sonde make-model (dream) failed in SetUpTestSuite";
-  }
 
   // Runs `sonde bench --json` and returns the one JSON object it prints.
   static json bench_json(const fs::path& model, std::vector<std::string> extra) {
@@ -66,7 +54,6 @@ class Bench : public ::testing::Test {
     EXPECT_GE(j["median_seconds"].get<double>(), s);
   }
 
-  static inline fs::path root_, qwen_, dream_;
 };
 
 TEST_F(Bench, PrefillJsonHasEveryField) {

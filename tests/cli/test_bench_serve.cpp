@@ -5,6 +5,7 @@
 #include "checkpoint.h"
 #include "expect.h"
 #include "process.h"
+#include "tiny_model_suite.h"
 
 #include <gtest/gtest.h>
 
@@ -18,21 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class BenchServe : public ::testing::Test {
+class BenchServe : public TwoFamilySuite {
  protected:
-  static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / "sonde-tests" / ("BenchServe-" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    qwen_ = root_ / "qwen2";
-    dream_ = root_ / "dream";
-    make_tiny_model(qwen_, "qwen2");
-    make_tiny_model(dream_, "dream");
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
-  void SetUp() override {
-    ASSERT_TRUE(fs::exists(qwen_ / "model.safetensors")) << "sonde make-model (qwen2) failed in SetUpTestSuite";
-    ASSERT_TRUE(fs::exists(dream_ / "model.safetensors")) << "sonde make-model (dream) failed in SetUpTestSuite";
-  }
 
   static json serve_json(std::vector<std::string> extra) {
     std::vector<std::string> args{"bench", "--model", qwen_.string(), "--mode", "serve", "--json", "--threads", "1",
@@ -46,7 +34,6 @@ class BenchServe : public ::testing::Test {
     return json::parse(lines[0]);
   }
 
-  static inline fs::path root_, qwen_, dream_;
 };
 
 void expect_percentiles(const json& p, std::size_t samples, const std::string& what) {

@@ -32,4 +32,25 @@ class TinyModelSuite : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// The same with a tiny Qwen2 and a tiny Dream checkpoint (qwen_, dream_), for commands that take
+// either family (bench).
+class TwoFamilySuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string suite = ::testing::UnitTest::GetInstance()->current_test_suite()->name();
+    root_ = std::filesystem::temp_directory_path() / "sonde-tests" / (suite + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(root_);
+    qwen_ = root_ / "qwen2";
+    dream_ = root_ / "dream";
+    make_tiny_model(qwen_, "qwen2");
+    make_tiny_model(dream_, "dream");
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(root_); }
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(qwen_ / "model.safetensors")) << "sonde make-model (qwen2) failed in SetUpTestSuite";
+    ASSERT_TRUE(std::filesystem::exists(dream_ / "model.safetensors")) << "sonde make-model (dream) failed in SetUpTestSuite";
+  }
+  static inline std::filesystem::path root_, qwen_, dream_;
+};
+
 }  // namespace sonde::test
