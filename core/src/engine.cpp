@@ -12,6 +12,13 @@
 namespace sonde {
 namespace {
 
+EngineResult cancelled(const std::vector<std::int32_t>& prompt) {
+  EngineResult r;
+  r.prompt = prompt;
+  r.finish_reason = "cancelled";
+  return r;
+}
+
 double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -51,6 +58,24 @@ std::optional<EngineEvent> EngineHandle::try_next() {
   return e;
 }
 
+std::vector<EngineEvent> EngineHandle::take(double seconds) {
+  std::unique_lock lk(mu_);
+  const auto ready = [&] { return !events_.empty(); };
+  if (seconds > 0) cv_.wait_for(lk, std::chrono::duration<double>(seconds), ready);
+  std::vector<EngineEvent> out;
+  while (!events_.empty() && events_.front().kind != EngineEvent::Kind::Done) {
+    out.push_back(std::move(events_.front()));
+    events_.pop_front();
+  }
+  return out;
+}
+
+std::optional<EngineResult> EngineHandle::wait_for(double seconds) const {
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, std::chrono::duration<double>(std::max(seconds, 0.0)), [&] { return result_.has_value(); });
+  return result_;
+}
+
 double EngineHandle::submitted_at() const {
   std::lock_guard lk(mu_);
   return submitted_;
@@ -68,6 +93,7 @@ void EngineHandle::push(EngineEvent e, double at) {
   {
     std::lock_guard lk(mu_);
     if (first_ < 0) first_ = at;
+    e.at = at;
     if (queue_events_) events_.push_back(std::move(e));
   }
   cv_.notify_all();
@@ -78,7 +104,9 @@ void EngineHandle::finish(EngineResult r, double at) {
     std::lock_guard lk(mu_);
     result_ = std::move(r);
     ended_ = at;
-    events_.push_back(EngineEvent{});
+    EngineEvent done;
+    done.at = at;
+    events_.push_back(std::move(done));
   }
   cv_.notify_all();
 }
@@ -127,21 +155,25 @@ EngineResult Engine::default_loop(EngineForward& fwd, EngineSeq& s) {
   EngineResult r;
   r.prompt = q.prompt;
   if (kind == DecodingKind::Autoregressive) {
-    const auto done = generate_autoregressive(fwd, {q.prompt}, q.ar, [&](const ArStep& st) {
+    const auto on_step = [&](const ArStep& st) {
       const std::int32_t t = st.new_tokens.at(0);
       if (t < 0) return;
       if (q.on_token) q.on_token(st.step, t, st.logits);
       s.handle->push(EngineEvent{EngineEvent::Kind::Token, t, st.step, {}}, now());
-    });
-    r.tokens = done.at(0).tokens;
-    r.finish_reason = done.at(0).finish_reason;
+    };
+    auto done = generate_autoregressive_captured(fwd, {q.prompt}, q.ar, q.capture, {0}, on_step);
+    r.tokens = done.completions.at(0).tokens;
+    r.finish_reason = done.completions.at(0).finish_reason;
+    if (!done.captured.empty()) r.captured = std::move(done.captured[0]);
   } else {
-    const auto done = diffusion_generate(fwd, {q.prompt}, q.diffusion, [&](const DiffusionStep& st) {
+    const auto on_step = [&](const DiffusionStep& st) {
       if (q.on_step) q.on_step(st);
       s.handle->push(EngineEvent{EngineEvent::Kind::Step, -1, st.step, st.canvas}, now());
-    });
-    r.tokens = done.completions.at(0);
+    };
+    auto done = diffusion_generate_captured(fwd, {q.prompt}, q.diffusion, q.capture, {0}, on_step);
+    r.tokens = done.result.completions.at(0);
     r.finish_reason = "length";
+    if (!done.captured.empty()) r.captured = std::move(done.captured[0]);
   }
   return r;
 }
@@ -166,12 +198,17 @@ Engine::~Engine() {
     for (auto& s : running_) s->cancel = true;
   }
   while (true) {
+    std::deque<std::unique_ptr<EngineSeq>> dropped;
+    bool idle = false;
     {
       std::lock_guard lk(mu_);
-      for (auto& w : waiting_) w->handle->finish(EngineResult{w->req.prompt, {}, "cancelled", "", 0, 0}, now());
-      waiting_.clear();
-      if (running_.empty()) break;
+      dropped.swap(waiting_);
+      for (auto& w : dropped) w->handle->finish(cancelled(w->req.prompt), now());
+      idle = running_.empty();
     }
+    for (auto& w : dropped)
+      if (w->req.on_end) w->req.on_end();
+    if (idle) break;
     step();
   }
 }
@@ -180,6 +217,8 @@ double Engine::now() const { return steady_seconds() - t0_; }
 
 std::shared_ptr<EngineHandle> Engine::submit(EngineRequest request) {
   if (request.prompt.empty()) bad_input("request '{}': the prompt has no tokens", request.id);
+  if (!request.hooks.empty() && request.capture.active())
+    bad_input("request '{}': give its hooks either as raw taps or as a capture, not both", request.id);
   const bool ar = options_.decoding == DecodingKind::Autoregressive;
   const std::int64_t P = static_cast<std::int64_t>(request.prompt.size());
   const std::int64_t context = P + (ar ? request.ar.max_new_tokens + (request.ar.feed_last ? 1 : 0)
@@ -214,7 +253,9 @@ bool Engine::cancel(std::int64_t id) {
       auto s = std::move(*it);
       waiting_.erase(it);
       ++counts_.finished;
-      s->handle->finish(EngineResult{s->req.prompt, {}, "cancelled", "", 0, 0}, now());
+      s->handle->finish(cancelled(s->req.prompt), now());
+      lk.unlock();
+      if (s->req.on_end) s->req.on_end();
       return true;
     }
   for (auto& s : running_)
@@ -266,6 +307,8 @@ void Engine::start_thread(EngineSeq* s) {
     s->handle->finish(std::move(r), now());
     lk.unlock();
     cv_.notify_all();
+    // Still before retire() can join this thread, so the request is alive.
+    if (s->req.on_end) s->req.on_end();
   });
 }
 

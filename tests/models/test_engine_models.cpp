@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <tuple>
 
 #include "made_models.h"
 #include "run_sonde.h"
@@ -233,6 +234,99 @@ TEST(EngineModels, DreamRequestsOfEveryAlgorithmAndModeKeepTheirSoloBits) {
     for (const auto& q : reqs) alone.push_back(solo(*s, q));
     const auto got = through_engine(*s, EngineOptions{DecodingKind::MaskedDiffusion, 6, 64, 64, 256}, reqs, arrive);
     for (std::size_t k = 0; k < reqs.size(); ++k) expect_same(alone[k], got[k], k, backend != "cpu-blas");
+  }
+}
+
+
+// Each request's own capture (EngineRequest::capture): its hooks, positions and, for Dream, steps,
+// equal the run layer's capture of the same request run alone, row for row and value for value,
+// while requests with other captures, none, or edits share its forwards.
+std::vector<HookPoint> hooks_named(const Session& s, const std::vector<std::string>& names) {
+  std::vector<HookPoint> out;
+  for (const auto& h : s.hook_points())
+    if (std::find(names.begin(), names.end(), h.name) != names.end()) out.push_back(h);
+  return out;
+}
+
+CapturedPrompt captured_alone(Session& s, const EngineRequest& q) {
+  SessionDecodeForward fwd(s);
+  s.set_edits(q.edits);
+  fwd.begin_edit_rows({static_cast<std::int64_t>(q.prompt.size())}, {q.id});
+  std::vector<CapturedPrompt> out;
+  if (s.info().decoding == DecodingKind::Autoregressive)
+    out = generate_autoregressive_captured(fwd, {q.prompt}, q.ar, q.capture, {0}).captured;
+  else
+    out = diffusion_generate_captured(fwd, {q.prompt}, q.diffusion, q.capture, {0}).captured;
+  s.set_edits({});
+  return out.empty() ? CapturedPrompt{} : out[0];
+}
+
+void expect_same_capture(const CapturedPrompt& a, const CapturedPrompt& b, std::size_t i, bool exact) {
+  const auto key = [](const RowRecord& r) { return std::tuple(r.pos, r.token_id, r.step, r.kind, r.fresh, r.computed_step); };
+  ASSERT_EQ(a.rows.size(), b.rows.size()) << "request " << i;
+  for (std::size_t k = 0; k < a.rows.size(); ++k) EXPECT_EQ(key(a.rows[k]), key(b.rows[k])) << "request " << i << " row " << k;
+  ASSERT_EQ(a.acts.size(), b.acts.size()) << "request " << i;
+  for (const auto& [hook, values] : a.acts) {
+    ASSERT_TRUE(b.acts.count(hook)) << "request " << i << ": " << hook;
+    if (exact)
+      EXPECT_TRUE(values == b.acts.at(hook)) << "request " << i << ": " << hook << " differs";
+    else
+      expect_close({values}, {b.acts.at(hook)}, i, hook.c_str());
+  }
+  EXPECT_EQ(a.steps.size(), b.steps.size()) << "request " << i;
+}
+
+TEST(EngineModels, EachRequestsOwnCaptureEqualsItsCaptureAlone) {
+  for (const char* arch : {"qwen2", "dream"}) {
+    SCOPED_TRACE(arch);
+    const auto dir = made_model(arch, "tiny", 34);
+    for (const auto& backend : built_backends()) {
+      SCOPED_TRACE(backend);
+      auto s = Session::open(SessionOptions{dir.string(), backend, 2, plugin_root().string()});
+      const bool ar = s->info().decoding == DecodingKind::Autoregressive;
+      const auto V = static_cast<std::int32_t>(s->config().vocab_size);
+      std::mt19937 rng(5);
+      const PositionPolicy positions[] = {PositionPolicy::All, PositionPolicy::Last, PositionPolicy::Generated,
+                                          PositionPolicy::Prompt, PositionPolicy::All};
+      const StepPolicy steps[] = {{StepPolicy::Kind::All, 1}, {StepPolicy::Kind::Commit, 1}, {StepPolicy::Kind::Every, 2},
+                                  {StepPolicy::Kind::Final, 1}, {StepPolicy::Kind::Commit, 1}};
+      std::vector<EngineRequest> reqs;
+      for (std::size_t i = 0; i < 5; ++i) {
+        EngineRequest q;
+        q.id = "c" + std::to_string(i);
+        q.prompt = random_ids(rng, 3 + static_cast<std::int64_t>(rng() % 20), V);
+        q.ar.max_new_tokens = 3 + static_cast<std::int64_t>(rng() % 8);
+        q.diffusion.max_new_tokens = 6 + static_cast<std::int64_t>(rng() % 4);
+        q.diffusion.steps = q.diffusion.max_new_tokens;
+        q.diffusion.mask_id = static_cast<std::int32_t>(s->info().mask_token_id);
+        q.diffusion.mode = i == 4 ? DiffusionMode::DualCache : DiffusionMode::Exact;
+        q.diffusion.block_size = 3;
+        q.capture.positions = positions[i];
+        q.capture.steps = steps[i];
+        q.capture.record_steps = !ar;
+        if (i != 3)  // request 3 captures nothing beside the others
+          q.capture.hooks = hooks_named(*s, i % 2 ? std::vector<std::string>{"blocks.0.hook_resid_post"}
+                                                  : std::vector<std::string>{"blocks.1.hook_resid_post", "blocks.0.mlp.hook_post"});
+        if (i == 2) q.edits = {steering(*s, 3.0f)};
+        reqs.push_back(q);
+      }
+      std::vector<CapturedPrompt> alone;
+      for (const auto& q : reqs) alone.push_back(captured_alone(*s, q));
+      ASSERT_FALSE(alone[0].rows.empty());
+      auto model = session_engine_model(*s);
+      Engine engine(*model, EngineOptions{s->info().decoding, 3, 8, 64, 16});
+      std::vector<std::shared_ptr<EngineHandle>> hs;
+      for (std::size_t i = 0; i < reqs.size(); ++i) {
+        hs.push_back(engine.submit(reqs[i]));
+        if (i % 2) engine.step();  // later ones join a running batch
+      }
+      engine.run_until_idle();
+      for (std::size_t i = 0; i < reqs.size(); ++i) {
+        const EngineResult r = hs[i]->wait();
+        ASSERT_EQ(r.error, "") << "request " << i;
+        expect_same_capture(alone[i], r.captured, i, backend != "cpu-blas");
+      }
+    }
   }
 }
 

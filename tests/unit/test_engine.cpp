@@ -347,8 +347,71 @@ TEST(Engine, RefusesWithAClearErrorBeyondTheWaitingBoundAndTheContext) {
     EXPECT_NE(std::string(e.what()).find("max_context of 16"), std::string::npos) << e.what();
   }
   EXPECT_THROW(engine.submit(ar_request({}, 4, 0, false)), Error);
+  EngineRequest both = ar_request({5, 6}, 2, 0, false);
+  both.hooks = {"h"};
+  both.capture.record_steps = true;
+  try {
+    engine.submit(both);
+    FAIL() << "a request with raw taps and a capture was queued";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not both"), std::string::npos) << e.what();
+  }
   engine.run_until_idle();
   EXPECT_EQ(engine.stats().finished, 2);
+}
+
+// A front end's view: take() with a timeout returns what has come (nothing before the engine
+// steps), events carry their delivery times in order, wait_for() times out while the request
+// runs, and on_end is called exactly once whether the request finishes, is cancelled while
+// waiting, or is cancelled while running.
+TEST(Engine, TimedTakeAndWaitAndOnEndOnEveryPath) {
+  FakeModel m;
+  Engine engine(m, EngineOptions{DecodingKind::Autoregressive, 1, 4, 64, 8});
+  std::atomic<int> ends[3] = {0, 0, 0};
+  std::vector<std::shared_ptr<EngineHandle>> hs;
+  for (int i = 0; i < 3; ++i) {
+    EngineRequest q = ar_request({5, 6, 7}, 6, 0, false);
+    q.ar.eos_ids.clear();
+    q.on_end = [&ends, i] { ++ends[i]; };
+    hs.push_back(engine.submit(std::move(q)));
+  }
+  EXPECT_TRUE(hs[0]->take(0.01).empty());  // nothing runs until a step
+  EXPECT_FALSE(hs[0]->wait_for(0.01).has_value());
+  EXPECT_TRUE(engine.cancel(hs[1]->id()));  // waiting: ends at once
+  EXPECT_EQ(ends[1].load(), 1);
+  EXPECT_EQ(hs[1]->wait_for(0)->finish_reason, "cancelled");
+  engine.step();
+  engine.step();
+  engine.step();
+  const auto first = hs[0]->take(0);
+  ASSERT_GE(first.size(), 2u);  // the prefill's token and one decode step's (the next may be sampled)
+  EXPECT_EQ(first[0].step, 0);
+  EXPECT_EQ(first[1].step, 1);
+  EXPECT_GT(first[0].at, 0.0);
+  EXPECT_LE(first[0].at, first[1].at);
+  EXPECT_EQ(hs[0]->first_at(), first[0].at);
+  EXPECT_FALSE(hs[0]->wait_for(0.01).has_value());
+  engine.run_until_idle();
+  const auto rest = hs[0]->take(0);
+  EXPECT_EQ(first.size() + rest.size(), 6u);
+  for (const auto& e : rest) EXPECT_GE(e.at, first.back().at);
+  EXPECT_TRUE(hs[0]->take(0.01).empty());  // the end is not an event take() returns
+  ASSERT_TRUE(hs[0]->wait_for(0).has_value());
+  EXPECT_EQ(hs[0]->wait_for(0)->finish_reason, "length");
+  EXPECT_EQ(ends[0].load(), 1);
+  // The third ran after the first; cancelled while running, it ends at the next step.
+  EngineRequest q = ar_request({5, 6, 7}, 40, 0, false);
+  std::atomic<int> fourth{0};
+  q.on_end = [&fourth] { ++fourth; };
+  auto h = engine.submit(std::move(q));
+  engine.step();
+  EXPECT_EQ(fourth.load(), 0);
+  EXPECT_TRUE(engine.cancel(h->id()));
+  engine.run_until_idle();
+  EXPECT_EQ(fourth.load(), 1);
+  EXPECT_EQ(h->wait().finish_reason, "cancelled");
+  EXPECT_EQ(ends[2].load(), 1);
+  EXPECT_EQ(hs[2]->wait().finish_reason, "length");
 }
 
 TEST(Engine, TenThousandShortRandomRequestsLeaveNoSlotRowOrThreadBehind) {

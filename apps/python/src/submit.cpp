@@ -145,42 +145,6 @@ class SessionView final : public RunModel {
   Session& s_;
 };
 
-// The request's decode loop as the engine's default one (decode.h's loops, one sequence), with
-// its tokens and steps going to the stream, which is told when the loop ends however it ends.
-struct Loop {
-  std::shared_ptr<Stream> stream;
-  bool diffusion = false;
-  std::vector<std::int32_t> prompt;
-  ArOptions ar;
-  DiffusionOptions diff;
-  std::vector<std::string> hooks;
-
-  EngineResult operator()(EngineForward& fwd) const {
-    struct Ender {
-      Stream& s;
-      ~Ender() { s.end(); }
-    } ender{*stream};
-    if (!hooks.empty()) {
-      std::shared_ptr<Stream> st = stream;
-      fwd.set_taps(hooks, [st](const std::string& hook, const TensorView& rows) { st->tap(hook, rows); });
-    }
-    EngineResult r;
-    r.prompt = prompt;
-    if (!diffusion) {
-      const auto done = generate_autoregressive(fwd, {prompt}, ar, [&](const ArStep& st) {
-        if (st.new_tokens.at(0) >= 0) stream->token(st.step, st.new_tokens[0]);
-      });
-      r.tokens = done.at(0).tokens;
-      r.finish_reason = done.at(0).finish_reason;
-    } else {
-      const auto done = diffusion_generate(fwd, {prompt}, diff, [&](const DiffusionStep& st) { stream->step(st.step, st.canvas); });
-      r.tokens = done.completions.at(0);
-      r.finish_reason = "length";
-    }
-    return r;
-  }
-};
-
 }  // namespace
 
 std::unique_ptr<Submitted> submit(std::shared_ptr<Loaded> model, const std::string& request_json,
@@ -215,18 +179,17 @@ std::unique_ptr<Submitted> submit(std::shared_ptr<Loaded> model, const std::stri
     lim.prompt_tokens = {q.prompt};
     q.edits = resolve_edits(view, spec.options.edits, lim);
   }
-  // The engine checks this for its own loop only.
-  const std::int64_t context = P + new_tokens + (q.ar.feed_last ? 1 : 0);
-  const std::int64_t max_context = model->options().max_context;
-  if (context > max_context)
-    bad_input("request '{}': {} prompt + new tokens exceed the engine's max_context of {} (Model.engine(max_context=...))",
-              q.id, context, max_context);
-
   out->seed = out->diffusion ? q.diffusion.seeds.at(0) : q.ar.seeds.at(0);
   out->stop = q.ar.stop_strings;
   out->stream = std::make_shared<Stream>();
+  // The engine's own loop runs the request (and checks its context against max_context); its
+  // tokens, steps and taps go to the stream, which is told when the request ends however it ends.
+  std::shared_ptr<Stream> st = out->stream;
   q.events = false;
-  q.loop = Loop{out->stream, out->diffusion, q.prompt, q.ar, q.diffusion, q.hooks};
+  q.on_token = [st](std::int64_t step, std::int32_t t, const Tensor&) { st->token(step, t); };
+  q.on_step = [st](const DiffusionStep& d) { st->step(d.step, d.canvas); };
+  if (!q.hooks.empty()) q.tap = [st](const std::string& hook, const TensorView& rows) { st->tap(hook, rows); };
+  q.on_end = [st] { st->end(); };
   out->handle = model->submit(std::move(q), out->generation);
   return out;
 }

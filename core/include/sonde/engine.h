@@ -14,6 +14,7 @@
 // Finished or cancelled sequences free their row at once; waiting ones join at the next step. The
 // decode loops are those of a solo run, and the kernels are batch-invariant, so a request's
 // tokens, logits and taps are bit-identical alone or beside others (docs/engine.md).
+#include <sonde/capture.h>
 #include <sonde/decode.h>
 #include <sonde/edits.h>
 #include <sonde/session.h>
@@ -91,6 +92,7 @@ struct EngineResult {
   std::string error;                         // finish_reason error: the loop's message
   int error_kind = 0;                        // ErrorKind of that error (2: bad input)
   std::int64_t forwards = 0;                 // forward calls the loop made
+  CapturedPrompt captured;                   // EngineRequest::capture's rows (prompt index 0)
 };
 
 // A request's own streamed events, in order; a queue the submitter drains at its own pace.
@@ -99,6 +101,7 @@ struct EngineEvent {
   std::int32_t token = -1;            // Token
   std::int64_t step = 0;              // Token: its index; Step: the denoising step
   std::vector<std::int32_t> canvas;   // Step: the canvas after it (prompt included)
+  double at = 0;                      // when it was delivered (Engine::now())
 };
 
 struct EngineRequest {
@@ -111,10 +114,17 @@ struct EngineRequest {
   // arrive joined, as one forward).
   std::vector<std::string> hooks;
   HookTap tap;
+  // Or this request's own capture (capture.h): its hooks' rows picked by its position and step
+  // policies, returned in EngineResult::captured, as the run layer writes them for one prompt.
+  // Not with `hooks`.
+  CaptureSpec capture;
   bool events = true;                   // queue Token / Step events for EngineHandle::next()
   // Called on the request's thread as tokens and steps come (besides the event queue).
   std::function<void(std::int64_t step, std::int32_t token, const Tensor& logits)> on_token;
   std::function<void(const DiffusionStep&)> on_step;
+  // Called once when the request has ended, however it ended (its result is ready), on whichever
+  // thread ended it, never under the engine's lock: a front end's wake-up (a pipe for asyncio).
+  std::function<void()> on_end;
   // A loop of one's own instead of decode.h's (the run layer's capture wraps them): it runs on the
   // request's thread and may call `forward` as a decode loop does; its result is the request's.
   std::function<EngineResult(EngineForward& forward)> loop;
@@ -130,6 +140,10 @@ class EngineHandle {
   EngineResult wait() const;                        // blocks until the request ends
   std::optional<EngineEvent> next();                // blocks; nullopt after the Done event
   std::optional<EngineEvent> try_next();            // never blocks
+  // The events queued within `seconds` (at least one unless it times out or has ended), without
+  // the Done event; a front end polls with it to stay responsive (Ctrl-C, a closed connection).
+  std::vector<EngineEvent> take(double seconds);
+  std::optional<EngineResult> wait_for(double seconds) const;  // nullopt while still running
   // Time points (steady clock, seconds since the engine started): submitted, first token or step
   // delivered, ended; -1 until they happen.
   double submitted_at() const, first_at() const, ended_at() const;
