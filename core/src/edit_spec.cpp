@@ -2,6 +2,7 @@
 #include <sonde/edit_spec.h>
 #include <sonde/error.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 
@@ -130,6 +131,8 @@ EditSpec parse_steer(const std::string& s) {
       used = 0;
     }
     if (factor.empty() || used != factor.size()) bad_input("--steer '{}': scale '{}' is not a number", s, factor);
+    // stod reads "nan" and "inf": a steer by them would write NaN logits and exit 0.
+    if (!std::isfinite(e.scale)) bad_input("--steer '{}': scale '{}' is not a finite number", s, factor);
     rest = rest.substr(0, star);
   }
   if (rest.empty()) bad_input("--steer '{}': no vector source", s);

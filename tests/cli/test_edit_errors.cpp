@@ -120,6 +120,10 @@ TEST_F(EditErrors, MalformedEditsFilesAndSteerText) {
                              "forward", {"postions"}, {"unknown key"}));
   EXPECT_TRUE(one_line_error(forward({"--steer", "blocks.0.hook_resid_post=" + v() + "*lots"}), "forward", {"lots"}, {"not a number"}));
   EXPECT_TRUE(one_line_error(forward({"--steer", "nohook"}), "forward", {"--steer"}, {"expected"}));
+  // std::stod reads these as numbers: a NaN or infinite scale is refused like NaN in a vector file.
+  for (const char* scale : {"nan", "inf", "-inf", "NAN"})
+    EXPECT_TRUE(one_line_error(forward({"--steer", "blocks.0.hook_resid_post=" + v() + "*" + scale}), "forward", {scale},
+                               {"not a finite number"}));
   EXPECT_FALSE(fs::exists(out()));
 }
 
