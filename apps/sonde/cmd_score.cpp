@@ -80,7 +80,8 @@ void as_flag_hooks(Session& s, const std::string& sel, std::vector<HookPoint>& o
     out = HookSelector::parse(sel).resolve(s.hook_points(), s.config().num_hidden_layers);
     require_fixed_row_shapes(out);
   } catch (const Error& e) {
-    throw Error(e.kind(), fmt::format("--hooks: {}", e.what()));
+    if (e.setting().empty()) throw;
+    throw Error(e.kind(), fmt::format("--hooks: {}", e.detail()));
   }
 }
 

@@ -10,13 +10,16 @@
 
 namespace sonde::cli {
 
-// Runs `check`; a sonde::Error it throws (which names the setting) is rethrown naming `flag`.
+// Runs `check`; a sonde::Error it throws is rethrown naming `flag` in place of the setting it
+// named ("--hooks: 'x' matches no hook point", not "--hooks: hooks: ..."). An error that names
+// no setting (a broken tokenizer.json met while resolving hooks) is not the flag's: it goes on as it is.
 template <typename F>
 void as_flag(const char* flag, F&& check) {
   try {
     check();
   } catch (const Error& e) {
-    throw Error(e.kind(), fmt::format("{}: {}", flag, e.what()));
+    if (e.setting().empty()) throw;
+    throw Error(e.kind(), fmt::format("{}: {}", flag, e.detail()));
   }
 }
 

@@ -12,7 +12,7 @@ PositionPolicy parse_position_policy(std::string_view t) {
   if (t == "prompt") return PositionPolicy::Prompt;
   if (t == "generated") return PositionPolicy::Generated;
   if (t == "last") return PositionPolicy::Last;
-  bad_input("positions: '{}' is not one of all, prompt, generated, last", t);
+  bad_setting("positions", "'{}' is not one of all, prompt, generated, last", t);
 }
 
 std::string position_policy_name(PositionPolicy p) {
@@ -35,9 +35,9 @@ StepPolicy parse_step_policy(std::string_view t) {
     std::int64_t k = 0;
     const auto r = std::from_chars(num.data(), num.data() + num.size(), k);
     if (r.ec == std::errc() && r.ptr == num.data() + num.size() && k >= 1) return {K::Every, k};
-    bad_input("diffusion capture: '{}' needs a whole number K >= 1 after 'every:'", t);
+    bad_setting("diffusion capture", "'{}' needs a whole number K >= 1 after 'every:'", t);
   }
-  bad_input("diffusion capture: '{}' is not one of commit, final, all, every:K", t);
+  bad_setting("diffusion capture", "'{}' is not one of commit, final, all, every:K", t);
 }
 
 std::string step_policy_name(const StepPolicy& p) {
@@ -82,7 +82,7 @@ void write_captured(Sink& sink, const std::vector<HookPoint>& hooks, const Captu
 void require_fixed_row_shapes(const std::vector<HookPoint>& hooks) {
   for (const auto& h : hooks)
     if (h.per_sequence())
-      bad_input("hooks: {} has one value per key, and the number of keys changes during generation; "
+      bad_setting("hooks", "{} has one value per key, and the number of keys changes during generation; "
                 "capture attention patterns with `sonde forward`", h.name);
 }
 

@@ -5,7 +5,9 @@
 
 namespace sonde {
 
-Error::Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+Error::Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind), detail_(message) {}
+Error::Error(ErrorKind kind, const std::string& setting, const std::string& detail)
+    : std::runtime_error(setting + ": " + detail), kind_(kind), setting_(setting), detail_(detail) {}
 // Out of line: the key functions that pin these type_infos and vtables to libsonde_core.so.
 Error::~Error() = default;
 Plugin::~Plugin() = default;

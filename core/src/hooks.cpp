@@ -80,7 +80,7 @@ std::string trim(std::string_view s) {
 std::int64_t layer_number(const std::string& digits, const std::string& term) {
   std::int64_t v = 0;
   const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-  if (ec != std::errc() || end != digits.data() + digits.size()) bad_input("hooks: '{}': layer number {} is out of range", term, digits);
+  if (ec != std::errc() || end != digits.data() + digits.size()) bad_setting("hooks", "'{}': layer number {} is out of range", term, digits);
   return v;
 }
 
@@ -90,8 +90,8 @@ bool expand_range(const std::string& term, std::int64_t n_layers, std::vector<st
   std::smatch m;
   if (!std::regex_match(term, m, range)) return false;
   const std::int64_t a = layer_number(m[1], term), b = layer_number(m[2], term);
-  if (a > b) bad_input("hooks: range '{}' runs backwards ({} > {})", term, a, b);
-  if (b >= n_layers) bad_input("hooks: range '{}' goes past the last layer (the model has {} layers: 0..{})", term, n_layers, n_layers - 1);
+  if (a > b) bad_setting("hooks", "range '{}' runs backwards ({} > {})", term, a, b);
+  if (b >= n_layers) bad_setting("hooks", "range '{}' goes past the last layer (the model has {} layers: 0..{})", term, n_layers, n_layers - 1);
   for (std::int64_t i = a; i <= b; ++i) out.push_back("blocks." + std::to_string(i) + "." + m[3].str());
   return true;
 }
@@ -122,7 +122,7 @@ std::string canonical_hook_name(std::string_view name, std::int64_t n_layers) {
     const std::int64_t k = layer_number(m[1].matched ? m[1].str() : m[2].str(), s);
     if (k == 0) return "hook_embed";
     if (k == n_layers) return "ln_final.hook_out";
-    if (k > n_layers) bad_input("hooks: '{}' is past the last hidden state (the model has {} layers, so 0..{})", s, n_layers, n_layers);
+    if (k > n_layers) bad_setting("hooks", "'{}' is past the last hidden state (the model has {} layers, so 0..{})", s, n_layers, n_layers);
     return "blocks." + std::to_string(k - 1) + ".hook_resid_post";
   }
   if (s == "model.embed_tokens" || s == "inp_embd") return "hook_embed";
@@ -166,7 +166,7 @@ std::vector<HookPoint> HookSelector::resolve(const std::vector<HookPoint>& avail
       if (hit) continue;
       std::string hint;
       for (const auto& c : closest_names(w, names)) hint += (hint.empty() ? "" : ", ") + c;
-      bad_input("hooks: '{}' matches no hook point{}{} (list them with `sonde hooks --model DIR`)", w,
+      bad_setting("hooks", "'{}' matches no hook point{}{} (list them with `sonde hooks --model DIR`)", w,
                 hint.empty() ? "" : "; did you mean: ", hint);
     }
   }

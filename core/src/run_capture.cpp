@@ -11,7 +11,7 @@ namespace sonde {
 DType CaptureSettings::storage_dtype() const {
   const auto st = parse_dtype(storage);
   if (!st || (*st != DType::f32 && *st != DType::bf16 && *st != DType::f16))
-    bad_input("storage dtype: '{}' is not f32, bf16 or f16", storage);
+    bad_setting("storage dtype", "'{}' is not f32, bf16 or f16", storage);
   return *st;
 }
 
@@ -31,7 +31,7 @@ CaptureSpec make_capture_spec(const RunModel& s, const CaptureSettings& settings
   CaptureSpec spec;
   if (!settings.hooks.empty()) {
     spec.hooks = HookSelector::parse(settings.hooks).resolve(s.hook_points(), cfg.num_hidden_layers);
-    if (spec.hooks.empty()) bad_input("hooks: '{}' selects no hook point", settings.hooks);
+    if (spec.hooks.empty()) bad_setting("hooks", "'{}' selects no hook point", settings.hooks);
   }
   if (!per_sequence_ok) require_fixed_row_shapes(spec.hooks);  // before any output file exists
   spec.positions = parse_position_policy(settings.positions);

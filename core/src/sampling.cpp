@@ -152,8 +152,8 @@ DiffusionAlg parse_diffusion_alg(std::string_view name) {
   if (name == "topk_margin") return DiffusionAlg::TopkMargin;
   if (name == "entropy") return DiffusionAlg::Entropy;
   if (name == "confidence_threshold") return DiffusionAlg::ConfidenceThreshold;
-  bad_input("unknown diffusion alg '{}' (expected origin, maskgit_plus, topk_margin, entropy or confidence_threshold)",
-            name);
+  bad_setting("alg", "unknown diffusion alg '{}' (expected origin, maskgit_plus, topk_margin, entropy or confidence_threshold)",
+              name);
 }
 
 std::string_view diffusion_alg_name(DiffusionAlg alg) {
