@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import random
+import subprocess
 import unittest
 
 import h5py
@@ -137,6 +138,21 @@ class Qwen2(ServeCase):
         self.assertEqual(ids, whole["token_ids"])
         self.assertEqual("".join(e["choices"][0]["text"] for e in events), whole["text"])
         self.assertEqual(events[-1]["choices"][0]["finish_reason"], whole["finish_reason"])
+
+    def test_curl(self):
+        """The same requests with curl, as docs/serve.md shows them."""
+        base = self.server.base
+        run = lambda *a: subprocess.run(["curl", "-sS", "--max-time", "60", *a], capture_output=True, text=True,
+                                        timeout=90, check=True).stdout
+        self.assertEqual(json.loads(run(base + "/health")), {"status": "ok"})
+        body = {"prompt": [4, 5, 6], "max_tokens": 5, "temperature": 0}
+        want = generate_json(self.qwen, [[4, 5, 6]], "--max-new-tokens", "5", "--temperature", "0")[0]
+        out = json.loads(run("-H", "Content-Type: application/json", "-d", json.dumps(body), base + "/v1/completions"))
+        self.assertEqual(out["choices"][0]["token_ids"], want["completion_ids"])
+        sse = run("-N", "-d", json.dumps(dict(body, stream=True)), base + "/v1/completions")
+        events = [line[6:] for line in sse.splitlines() if line.startswith("data: ")]
+        self.assertEqual(events[-1], "[DONE]")
+        self.assertEqual([t for e in events[:-1] for t in json.loads(e)["choices"][0]["token_ids"]], want["completion_ids"])
 
     def test_chat_uses_the_template(self):
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "temperature": 0}
