@@ -101,6 +101,24 @@ class Qwen2(ServeCase):
             self.assertEqual(c["activations"][HOOK]["rows"]["position"], list(f["rows/pos"][()]))
             self.assertEqual(c["activations"][HOOK]["rows"]["step"], list(f["rows/step"][()]))
 
+    def test_activations_file_equals_generate_out(self):
+        ids = [30, 31, 32, 33]
+        want_h5 = os.path.join(self.root, "gen-want.h5")
+        run_sonde("generate", "--model", self.qwen, "--ids", ",".join(map(str, ids)), "--max-new-tokens", "3",
+                  "--temperature", "0", "--hooks", HOOK, "--positions", "generated", "--out", want_h5, "--overwrite")
+        body = {"prompt": ids, "max_tokens": 3, "temperature": 0, "hooks": HOOK, "positions": "generated",
+                "activations_file": "server-gen.h5"}
+        out = self.complete(body)
+        self.assertEqual(out["activations_file"], os.path.join(os.path.realpath(self.files), "server-gen.h5"))
+        self.assertNotIn("activations", out["choices"][0])
+        with h5py.File(want_h5, "r") as w, h5py.File(out["activations_file"], "r") as g:
+            self.assertEqual(g["acts/" + HOOK][()].tobytes(), w["acts/" + HOOK][()].tobytes())
+            for col in ("pos", "token_id", "step", "kind", "prompt_idx"):
+                self.assertEqual(list(g["rows/" + col][()]), list(w["rows/" + col][()]), col)
+            self.assertEqual(list(g["prompts/token_ids"][()]), list(w["prompts/token_ids"][()]))
+        status, again = self.server.post("/v1/completions", body)  # never over an existing file
+        self.assertEqual((status, again["error"]["param"]), (400, "activations_file"), again)
+
     def test_steered_request_equals_generate_steer(self):
         rng = random.Random(5)
         vec = [rng.uniform(-1, 1) for _ in range(64)]
@@ -200,6 +218,27 @@ class Dream(ServeCase):
         self.assertEqual(len(canvases), 3)
         self.assertEqual(canvases, [h[len(PROMPTS[0]):] for h in want["history"]])
         self.assertEqual(events[-1]["choices"][0]["token_ids"], want["completion_ids"])
+
+    def test_activations_file_equals_generate_out(self):
+        files = os.path.join(self.root, "dfiles")
+        os.makedirs(files, exist_ok=True)
+        server = Server(self.dream, "--files-dir", files)
+        try:
+            want_h5 = os.path.join(self.root, "dream-want.h5")
+            run_sonde("generate", "--model", self.dream, "--ids", "5,6,7", "--max-new-tokens", "4", "--steps", "4",
+                      "--hooks", "blocks.0.hook_resid_post", "--diffusion-capture", "all", "--out", want_h5, "--overwrite")
+            status, out = server.post("/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 4, "steps": 4,
+                                                           "hooks": "blocks.0.hook_resid_post", "diffusion_capture": "all",
+                                                           "activations_file": "d.h5"})
+            self.assertEqual(status, 200, out)
+            with h5py.File(want_h5, "r") as w, h5py.File(out["activations_file"], "r") as g:
+                name = "acts/blocks.0.hook_resid_post"
+                self.assertEqual(g[name][()].tobytes(), w[name][()].tobytes())
+                for col in ("pos", "token_id", "step", "kind"):
+                    self.assertEqual(list(g["rows/" + col][()]), list(w["rows/" + col][()]), col)
+                self.assertEqual(g["steps/step"].shape, w["steps/step"].shape)
+        finally:
+            self.assertEqual(server.stop(), 0)
 
     def test_ar_only_fields_are_refused(self):
         for body, field in [({"prompt": [1], "logprobs": 1}, "logprobs"), ({"prompt": [1], "echo": True}, "echo"),

@@ -218,8 +218,8 @@ void capture_of(const json& body, ParsedRequest& out, const ModelTraits& m) {
   checked("positions", [&] { parse_position_policy(c.positions); });
   checked("diffusion_capture", [&] { parse_step_policy(c.diffusion_capture); });
   checked("storage", [&] { c.storage_dtype(); });
-  if (c.storage != "f32") bad_field("storage", "responses carry f32 values only");
-  if (!out.activations_file.empty() && out.activations_file.size() < 4) bad_field("activations_file", "expected a .h5 file name");
+  if (c.storage != "f32" && out.activations_file.empty()) bad_field("storage", "responses carry f32 values (bf16 and f16 with activations_file)");
+  if (!out.activations_file.empty() && out.activations_file.size() < 4) bad_field("activations_file", "expected a file name");
 }
 
 // "vector" / "direction" given as a list of numbers: kept aside, the edit's source filled in at

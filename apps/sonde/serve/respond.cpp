@@ -162,11 +162,13 @@ json completion_body(Service& svc, const ParsedRequest& req, const Submitted& s)
            {"logprobs", req.logprobs >= 0 ? completion_logprobs(svc, s.prompt_ids[i], out, req.echo) : json(nullptr)},
            {"finish_reason", finish_reason_name(out.finish_reason)}};
     if (req.echo) c["prompt_token_ids"] = s.prompt_ids[i];
-    if (!s.capture.hooks.empty()) c["activations"] = activations_json(out.captured, s.capture);
+    if (!s.capture.hooks.empty() && req.activations_file.empty()) c["activations"] = activations_json(out.captured, s.capture);
     choices.push_back(std::move(c));
   }
-  return {{"id", response_id(svc, "cmpl")}, {"object", "text_completion"}, {"created", unix_time()}, {"model", svc.model_id},
-          {"choices", choices}, {"usage", usage_json(s)}};
+  json body{{"id", response_id(svc, "cmpl")}, {"object", "text_completion"}, {"created", unix_time()}, {"model", svc.model_id},
+            {"choices", choices}, {"usage", usage_json(s)}};
+  if (!req.activations_file.empty()) body["activations_file"] = req.activations_file;
+  return body;
 }
 
 json chat_body(Service& svc, const ParsedRequest& req, const Submitted& s) {
@@ -179,15 +181,18 @@ json chat_body(Service& svc, const ParsedRequest& req, const Submitted& s) {
     for (const auto& sc : out.scores) content.push_back(logprobs_entry(svc, sc, true));
     c["logprobs"] = {{"content", content}};
   }
-  if (!s.capture.hooks.empty()) c["activations"] = activations_json(out.captured, s.capture);
-  return {{"id", response_id(svc, "chatcmpl")}, {"object", "chat.completion"}, {"created", unix_time()},
-          {"model", svc.model_id}, {"choices", json::array({c})}, {"usage", usage_json(s)}};
+  if (!s.capture.hooks.empty() && req.activations_file.empty()) c["activations"] = activations_json(out.captured, s.capture);
+  json body{{"id", response_id(svc, "chatcmpl")}, {"object", "chat.completion"}, {"created", unix_time()},
+            {"model", svc.model_id}, {"choices", json::array({c})}, {"usage", usage_json(s)}};
+  if (!req.activations_file.empty()) body["activations_file"] = req.activations_file;
+  return body;
 }
 
 json activations_body(Service& svc, const ParsedRequest& req, const Submitted& s) {
   const Outcome& out = s.jobs.at(0)->out;
-  json body{{"object", "activations"}, {"model", svc.model_id}, {"prompt_token_ids", s.prompt_ids.at(0)},
-            {"activations", activations_json(out.captured, s.capture)}};
+  json body{{"object", "activations"}, {"model", svc.model_id}, {"prompt_token_ids", s.prompt_ids.at(0)}};
+  if (req.activations_file.empty()) body["activations"] = activations_json(out.captured, s.capture);
+  else body["activations_file"] = req.activations_file;
   if (req.logits) {
     const Tensor& l = out.logits;
     const auto T = static_cast<std::int64_t>(s.prompt_ids[0].size()), V = svc.session.config().vocab_size;

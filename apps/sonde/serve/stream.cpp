@@ -1,6 +1,8 @@
 // Streaming and deferred responses (stream.h).
 #include "stream.h"
 
+#include "acts_file.h"
+
 #include <sonde/error.h>
 #include <sonde/stop_strings.h>
 #include <sonde/tokenizer.h>
@@ -70,6 +72,13 @@ bool finish(StreamState& st, httplib::DataSink& sink) {
     check_outcomes(*st.sub);
   } catch (const ApiError& e) {
     return send_json(st, sink, error_body(e)) && send(st, sink, "data: [DONE]\n\n");
+  }
+  if (!st.req->activations_file.empty()) {
+    try {
+      write_activations_file(st.svc, *st.req, *st.sub);
+    } catch (const ApiError& e) {
+      return send_json(st, sink, error_body(e)) && send(st, sink, "data: [DONE]\n\n");
+    }
   }
   const Outcome& out = st.sub->jobs[0]->out;
   std::string tail;
@@ -141,6 +150,7 @@ void record_finished(Service& svc, const Submitted& sub) {
 json finished_body(Service& svc, const ParsedRequest& req, const Submitted& sub) {
   check_outcomes(sub);
   record_finished(svc, sub);
+  if (!req.activations_file.empty()) write_activations_file(svc, req, sub);
   if (req.endpoint == Endpoint::Chat) return chat_body(svc, req, sub);
   if (req.endpoint == Endpoint::Activations) return activations_body(svc, req, sub);
   return completion_body(svc, req, sub);

@@ -79,8 +79,6 @@ RowKind forward_kind(const Session& s, const CaptureSpec& spec, std::int32_t id)
 
 Submitted submit_request(Service& svc, const ParsedRequest& req) {
   using namespace submit_impl;
-  if (!req.activations_file.empty())
-    throw ApiError(400, "activations_file", "activations_file: not implemented by this server yet; the rows come in the response");
   const bool forward = req.endpoint == Endpoint::Activations;
   const bool diffusion = svc.traits.diffusion && !forward;
   const bool scoring = req.echo && req.logprobs >= 0;
