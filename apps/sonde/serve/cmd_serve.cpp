@@ -25,7 +25,7 @@ void check_serve_flags(const serve::ServeConfig& c) {
   if (c.max_tokens_cap < 1) bad_input("--max-tokens-cap: {} is less than 1", c.max_tokens_cap);
   if (c.max_context < 2) bad_input("--max-context: {} is less than 2", c.max_context);
   if (c.max_body < 1024) bad_input("--max-body: {} bytes is less than 1024", c.max_body);
-  if (c.http_threads < 1 || c.http_threads > 1024) bad_input("--http-threads: {} is outside [1, 1024]", c.http_threads);
+  if (c.http_threads < 0 || c.http_threads > 4096) bad_input("--http-threads: {} is outside [0, 4096]", c.http_threads);
   if (!c.files_dir.empty() && !std::filesystem::is_directory(c.files_dir))
     bad_input("--files-dir: {} is not a directory", c.files_dir);
 }
@@ -48,7 +48,7 @@ int cmd_serve(const Args& args) {
       ("max-tokens-cap", po::value(&c.max_tokens_cap)->default_value(c.max_tokens_cap), "the most max_tokens a request may ask")
       ("max-context", po::value(&c.max_context)->default_value(c.max_context), "prompt + new tokens of one sequence")
       ("max-body", po::value(&c.max_body)->default_value(c.max_body), "request body limit in bytes (then 413)")
-      ("http-threads", po::value(&c.http_threads)->default_value(c.http_threads), "HTTP worker threads (connections served at once)");
+      ("http-threads", po::value(&c.http_threads)->default_value(c.http_threads), "HTTP worker threads, connections served at once (0: slots + max-waiting + 16)");
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--files-dir D]", desc, vm))
     return 0;

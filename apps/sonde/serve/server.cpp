@@ -68,7 +68,10 @@ bool authorized(const Service& svc, const httplib::Request& req) {
 }  // namespace server_impl
 
 HttpServer::HttpServer(Service& svc) : svc_(svc), http_(std::make_unique<httplib::Server>()) {
-  const auto threads = static_cast<std::size_t>(std::max(4, svc.config.http_threads));
+  // Each running, waiting or streaming request holds a worker; with enough of them the engine's
+  // queue, not the pool's, is what fills up, and the client gets a 429 rather than a wait.
+  const auto& c = svc.config;
+  const auto threads = static_cast<std::size_t>(c.http_threads > 0 ? c.http_threads : c.slots + c.max_waiting + 16);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(static_cast<std::size_t>(svc.config.max_body));
   http_->set_keep_alive_timeout(2);
@@ -91,12 +94,13 @@ void HttpServer::stop() { http_->stop(); }
 
 void HttpServer::routes() {
   using namespace server_impl;
-  Service& svc = svc_;
+  // The handlers outlive this function: they hold the Service by pointer.
+  Service* const svc = &svc_;
   // Each endpoint's handler, wrapped: the API key, errors as error objects, the metrics.
-  const auto guarded = [&svc](std::string name, bool keyed, auto handler) {
-    return [&svc, name, keyed, handler](const httplib::Request& req, httplib::Response& res) {
+  const auto guarded = [svc](std::string name, bool keyed, auto handler) {
+    return [svc, name, keyed, handler](const httplib::Request& req, httplib::Response& res) {
       try {
-        if (keyed && !server_impl::authorized(svc, req))
+        if (keyed && !server_impl::authorized(*svc, req))
           throw ApiError(401, "", "a valid API key is needed (Authorization: Bearer KEY)", "authentication_error");
         handler(req, res);
       } catch (const ApiError& e) {
@@ -107,33 +111,34 @@ void HttpServer::routes() {
       } catch (const std::exception& e) {
         reply_error(res, ApiError(500, "", fmt::format("internal error: {}", e.what()), "server_error"));
       }
-      svc.metrics.request(name, res.status);
+      svc->metrics.request(name, res.status);
     };
   };
-  const auto generation = [&svc](Endpoint endpoint) {
-    return [&svc, endpoint](const httplib::Request& req, httplib::Response& res) {
-      auto parsed = std::make_shared<const ParsedRequest>(parse_request(endpoint, parse_body(req), svc.traits));
-      auto sub = std::make_shared<Submitted>(submit_request(svc, *parsed));
-      if (parsed->stream) return stream_response(svc, parsed, sub, res);
-      if (!wait_all(*sub, kAnswerInHandler)) return deferred_response(svc, parsed, sub, res);
-      reply(res, 200, finished_body(svc, *parsed, *sub));
+  const auto generation = [svc](Endpoint endpoint) {
+    return [svc, endpoint](const httplib::Request& req, httplib::Response& res) {
+      auto parsed = std::make_shared<const ParsedRequest>(parse_request(endpoint, parse_body(req), svc->traits));
+      auto sub = std::make_shared<Submitted>(submit_request(*svc, *parsed));
+      if (parsed->stream) return stream_response(*svc, parsed, sub, res);
+      if (!wait_all(*sub, kAnswerInHandler)) return deferred_response(*svc, parsed, sub, res);
+      reply(res, 200, finished_body(*svc, *parsed, *sub));
     };
   };
 
   http_->Get("/health", guarded("health", false, [](const httplib::Request&, httplib::Response& res) {
                reply(res, 200, {{"status", "ok"}});
              }));
-  http_->Get("/v1/models", guarded("models", true, [&svc](const httplib::Request&, httplib::Response& res) {
-               const auto& info = svc.session.info();
-               json m{{"id", svc.model_id}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "sonde"},
-                      {"sonde", {{"arch", info.arch}, {"decoding", svc.traits.diffusion ? "diffusion" : "autoregressive"},
-                                 {"vocab_size", svc.traits.vocab_size}, {"tokenizer", svc.traits.tokenizer},
-                                 {"chat_template", svc.traits.chat_template}, {"max_context", svc.config.max_context},
-                                 {"max_tokens_cap", svc.config.max_tokens_cap}}}};
+  http_->Get("/v1/models", guarded("models", true, [svc](const httplib::Request&, httplib::Response& res) {
+               const Service& sv = *svc;
+               const auto& info = sv.session.info();
+               json m{{"id", sv.model_id}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "sonde"},
+                      {"sonde", {{"arch", info.arch}, {"decoding", sv.traits.diffusion ? "diffusion" : "autoregressive"},
+                                 {"vocab_size", sv.traits.vocab_size}, {"tokenizer", sv.traits.tokenizer},
+                                 {"chat_template", sv.traits.chat_template}, {"max_context", sv.config.max_context},
+                                 {"max_tokens_cap", sv.config.max_tokens_cap}}}};
                reply(res, 200, {{"object", "list"}, {"data", json::array({m})}});
              }));
-  http_->Get("/metrics", guarded("metrics", true, [&svc](const httplib::Request&, httplib::Response& res) {
-               res.set_content(svc.metrics.render(svc.engine.stats()), "text/plain; version=0.0.4");
+  http_->Get("/metrics", guarded("metrics", true, [svc](const httplib::Request&, httplib::Response& res) {
+               res.set_content(svc->metrics.render(svc->engine.stats()), "text/plain; version=0.0.4");
              }));
   http_->Post("/v1/completions", guarded("completions", true, generation(Endpoint::Completions)));
   http_->Post("/v1/chat/completions", guarded("chat", true, generation(Endpoint::Chat)));
@@ -141,13 +146,13 @@ void HttpServer::routes() {
 
   // Statuses the library sets itself (404, 413 for a body over the limit, 400 for a bad request
   // line) with an error object, unless a handler wrote its own.
-  http_->set_error_handler([&svc](const httplib::Request& req, httplib::Response& res) {
+  http_->set_error_handler([svc](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     std::string msg = fmt::format("{} {}: HTTP status {}", req.method, req.path, res.status);
     if (res.status == 404) msg = fmt::format("no route {} {} (see GET /v1/models, POST /v1/completions, ...)", req.method, req.path);
-    if (res.status == 413) msg = fmt::format("the body is larger than this server's limit of {} bytes", svc.config.max_body);
+    if (res.status == 413) msg = fmt::format("the body is larger than this server's limit of {} bytes", svc->config.max_body);
     reply_error(res, ApiError(res.status, "", msg, res.status >= 500 ? "server_error" : "invalid_request_error"));
-    svc.metrics.request("other", res.status);
+    svc->metrics.request("other", res.status);
   });
 }
 

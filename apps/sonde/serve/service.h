@@ -26,7 +26,7 @@ struct ServeConfig {
   std::string model_name;           // /v1/models' id (default: the model directory's name)
   std::int64_t slots = 8, max_waiting = 64, max_tokens_cap = 4096, max_context = 2048;
   std::int64_t max_body = 8 << 20;  // bytes (413 beyond)
-  int http_threads = 32;
+  int http_threads = 0;             // 0: slots + max_waiting + 16 (every admitted request has a thread)
 };
 
 class Service {

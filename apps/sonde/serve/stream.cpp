@@ -163,6 +163,7 @@ void stream_response(Service& svc, std::shared_ptr<const ParsedRequest> req, std
   auto st = std::make_shared<StreamState>(StreamState{svc, req, sub, response_id(svc, chat ? "chatcmpl" : "cmpl"), unix_time(), chat,
                                                       false, false, std::nullopt, StopStringFilter(sub->stops), steady_now()});
   if (const Tokenizer* tok = svc.session.tokenizer(); tok && !svc.traits.diffusion) st->decoder.emplace(*tok, false);
+  res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream", [st](std::size_t, httplib::DataSink& sink) { return provide(*st, sink); },
@@ -174,9 +175,11 @@ void stream_response(Service& svc, std::shared_ptr<const ParsedRequest> req, std
 void deferred_response(Service& svc, std::shared_ptr<const ParsedRequest> req, std::shared_ptr<Submitted> sub,
                        httplib::Response& res) {
   auto sent = std::make_shared<bool>(false);
+  Service* const sv = &svc;  // the provider runs after this function has returned
+  res.status = 200;
   res.set_chunked_content_provider(
       "application/json",
-      [&svc, req, sub, sent](std::size_t, httplib::DataSink& sink) {
+      [sv, req, sub, sent](std::size_t, httplib::DataSink& sink) {
         if (*sent) {
           sink.done();
           return true;
@@ -186,7 +189,7 @@ void deferred_response(Service& svc, std::shared_ptr<const ParsedRequest> req, s
         }
         std::string body;
         try {
-          body = finished_body(svc, *req, *sub).dump(-1, ' ', false, json::error_handler_t::replace);
+          body = finished_body(*sv, *req, *sub).dump(-1, ' ', false, json::error_handler_t::replace);
         } catch (const ApiError& e) {
           body = error_body(e).dump();
         }
@@ -195,8 +198,8 @@ void deferred_response(Service& svc, std::shared_ptr<const ParsedRequest> req, s
         sink.done();
         return true;
       },
-      [&svc, sub](bool success) {
-        if (!success) cancel_all(svc, *sub);
+      [sv, sub](bool success) {
+        if (!success) cancel_all(*sv, *sub);
       });
 }
 
