@@ -59,7 +59,7 @@ void Metrics::duration(double s) {
   duration_.observe(s);
 }
 
-std::string Metrics::render(const EngineStats& e) const {
+std::string Metrics::render(const EngineStats& e, std::int64_t live_jobs) const {
   std::lock_guard lk(mu_);
   std::string out = "# HELP sonde_requests_total HTTP requests by endpoint and status.\n# TYPE sonde_requests_total counter\n";
   for (const auto& [key, n] : requests_)
@@ -77,8 +77,12 @@ std::string Metrics::render(const EngineStats& e) const {
       "sonde_requests_waiting {}\n"
       "# HELP sonde_engine_steps_total Engine steps.\n# TYPE sonde_engine_steps_total counter\nsonde_engine_steps_total {}\n"
       "# HELP sonde_engine_forwards_total Model forwards the engine ran.\n# TYPE sonde_engine_forwards_total counter\n"
-      "sonde_engine_forwards_total {}\n",
-      prompt_tokens_, generated_tokens_, cancelled_, e.running, e.waiting, e.steps, e.forwards);
+      "sonde_engine_forwards_total {}\n"
+      "# HELP sonde_engine_threads Request threads alive in the engine.\n# TYPE sonde_engine_threads gauge\n"
+      "sonde_engine_threads {}\n"
+      "# HELP sonde_jobs_live Prompts a handler, a stream or the engine still holds.\n# TYPE sonde_jobs_live gauge\n"
+      "sonde_jobs_live {}\n",
+      prompt_tokens_, generated_tokens_, cancelled_, e.running, e.waiting, e.steps, e.forwards, e.threads, live_jobs);
   ttft_.render(out, "sonde_time_to_first_token_seconds", "Time from submission to the first token or denoising step.");
   tpot_.render(out, "sonde_time_per_output_token_seconds", "Mean time between a request's generated tokens.");
   duration_.render(out, "sonde_request_duration_seconds", "Time from submission to the end of a prompt.");

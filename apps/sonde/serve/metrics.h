@@ -35,7 +35,7 @@ class Metrics {
   void first_token(double seconds);
   void per_token(double seconds);
   void duration(double seconds);
-  std::string render(const EngineStats& engine) const;
+  std::string render(const EngineStats& engine, std::int64_t live_jobs) const;
 
  private:
   mutable std::mutex mu_;

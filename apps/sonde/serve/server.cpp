@@ -11,6 +11,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <fmt/format.h>
 
 namespace sonde::serve {
@@ -77,6 +79,13 @@ HttpServer::HttpServer(Service& svc) : svc_(svc), http_(std::make_unique<httplib
   http_->set_keep_alive_timeout(2);
   http_->set_read_timeout(10);
   http_->set_write_timeout(10);
+  // SO_REUSEADDR, not the library's default SO_REUSEPORT, under which a second server on the same
+  // port would start too and share its connections. The socket is kept to deepen its backlog.
+  http_->set_socket_options([this](int fd) {
+    const int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd_ = fd;
+  });
   routes();
 }
 
@@ -85,6 +94,9 @@ HttpServer::~HttpServer() = default;
 int HttpServer::bind(const std::string& host, int port) {
   const int got = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
   if (got <= 0) bad_input("--host/--port: cannot listen on {}:{}", host, port);
+  // The library listens with a backlog of 5: a burst of clients connecting at once (16 in the
+  // load test) overflowed it and some got a reset. listen() again raises it.
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
   return got;
 }
 
@@ -138,7 +150,7 @@ void HttpServer::routes() {
                reply(res, 200, {{"object", "list"}, {"data", json::array({m})}});
              }));
   http_->Get("/metrics", guarded("metrics", true, [svc](const httplib::Request&, httplib::Response& res) {
-               res.set_content(svc->metrics.render(svc->engine.stats()), "text/plain; version=0.0.4");
+               res.set_content(svc->metrics.render(svc->engine.stats(), svc->live_jobs()), "text/plain; version=0.0.4");
              }));
   http_->Post("/v1/completions", guarded("completions", true, generation(Endpoint::Completions)));
   http_->Post("/v1/chat/completions", guarded("chat", true, generation(Endpoint::Chat)));

@@ -25,6 +25,7 @@ class HttpServer {
   void routes();
   Service& svc_;
   std::unique_ptr<httplib::Server> http_;
+  int listen_fd_ = -1;  // the listening socket, as the library made it
 };
 
 }  // namespace sonde::serve

@@ -70,6 +70,11 @@ void Service::cancel_everything() {
     if (j->handle && !j->handle->done() && engine.cancel(j->handle->id())) metrics.cancelled();
 }
 
+std::int64_t Service::live_jobs() {
+  std::lock_guard lk(live_mu_);
+  return std::count_if(live_.begin(), live_.end(), [](const std::weak_ptr<Job>& w) { return !w.expired(); });
+}
+
 Service::~Service() {
   std::error_code ec;
   std::filesystem::remove_all(scratch, ec);

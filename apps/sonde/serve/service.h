@@ -46,6 +46,7 @@ class Service {
   // Every submitted job, for a shutdown that cancels what runs.
   void track(const std::vector<std::shared_ptr<Job>>& jobs);
   void cancel_everything();
+  std::int64_t live_jobs();  // jobs some handler, stream or engine loop still holds
 
  private:
   std::mutex live_mu_;
