@@ -146,6 +146,33 @@ class Safety(ServeCase):
         self.assertGreaterEqual(self.server.metric("sonde_generation_tokens_total"), 3)
 
 
+class Deferred(ServeCase):
+    """A non-streamed request still running after a second: a chunked body of newlines (JSON's
+    leading whitespace) until the answer, so that a client that hangs up is noticed."""
+
+    def test_long_request_and_its_disconnect(self):
+        server = Server(self.qwen, "--max-context", "8192", "--max-tokens-cap", "8000")
+        try:
+            status, out = server.post("/v1/completions", {"prompt": [1, 2], "max_tokens": 4000, "temperature": 0})
+            self.assertEqual(status, 200, str(out)[:200])
+            self.assertEqual(len(out["choices"][0]["token_ids"]), 4000)  # json.loads took the leading newlines
+            before = server.metric("sonde_requests_cancelled_total") or 0
+            s = socket.create_connection((server.host, server.port), timeout=30)
+            body = json.dumps({"prompt": [1, 2], "max_tokens": 7900, "temperature": 0}).encode()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            s.recv(64)  # the status line: the request runs (the handler waited its second)
+            s.close()
+            for _ in range(300):  # noticed at the next newline, within 30 s
+                if (server.metric("sonde_requests_cancelled_total") or 0) > before and server.metric("sonde_requests_running") == 0:
+                    break
+                time.sleep(0.1)
+            self.assertGreater(server.metric("sonde_requests_cancelled_total"), before)
+            self.assertEqual(server.metric("sonde_requests_running"), 0)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
 class Keyed(ServeCase):
     def test_api_key(self):
         server = Server(self.qwen, "--api-key", "s3cret")
