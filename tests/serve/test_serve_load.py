@@ -28,7 +28,10 @@ def make_requests(seed):
         dream = i % 4 == 3  # a quarter to the Dream server
         body = {"prompt": [rng.randrange(0, 2000) for _ in range(rng.randint(1, 12))],
                 "max_tokens": rng.randint(2, 10)}
-        kind = rng.choice(["greedy", "sampled", "steered", "hooks", "stream", "cancel"])
+        kind = rng.choice(["greedy", "sampled", "steered", "hooks", "stream", "cancel", "text"])
+        if kind == "text":  # the tokenizer on many handler threads at once
+            words = ["alpha", "beta", "sonde", "probe", " the", "quick", "étoile", "42", "\n"]
+            body["prompt"] = " ".join(rng.choice(words) for _ in range(rng.randint(1, 8)))
         if dream:
             body["steps"] = rng.randint(1, body["max_tokens"])
             if kind == "sampled":

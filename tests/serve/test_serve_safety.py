@@ -42,6 +42,7 @@ def malformed_requests():
         {"prompt": [1], "hooks": HOOK, "activations_file": "/tmp/x.h5"}, {"prompt": [1] * 5000, "max_tokens": 1},
         {"prompt": [1], "max_tokens": 0, "stream": True}, {"prompt": [[1], [2]], "stream": True},
         {"prompt": [1], "stream_options": {"include_usage": True}}, {"prompt": [1], "model": 3},
+        {"prompt": [1], "stream": True, "echo": True},
     ]
     out = [("/v1/completions", b) for b in bodies]
     out += [("/v1/completions", json.dumps(f).encode()) for f in fields]
@@ -223,6 +224,14 @@ class Busy(ServeCase):
             self.assertEqual(p.returncode, 2, (flags, p.stderr))
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
             self.assertIn(flags[0], p.stderr)
+        server = Server(self.qwen)  # a port in use is refused, not shared
+        try:
+            p = subprocess.run([SONDE, "serve", "--model", self.qwen, "--port", str(server.port)], capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("--host/--port", p.stderr)
+        finally:
+            self.assertEqual(server.stop(), 0)
 
 
 if __name__ == "__main__":

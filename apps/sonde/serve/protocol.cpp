@@ -379,6 +379,7 @@ void output_options(const json& body, ParsedRequest& out, const ModelTraits& m) 
   if (out.max_tokens == 0 && out.stream) bad_field("max_tokens", "0 generates nothing to stream");
   if (out.max_tokens == 0 && !out.capture.hooks.empty()) bad_field("max_tokens", "0 with hooks: use /v1/activations");
   if (out.stream && out.prompts.size() > 1) bad_field("prompt", "stream takes one prompt");
+  if (out.stream && out.echo) bad_field("echo", "not with stream (the prompt's scores come in one response)");
 }
 
 }  // namespace protocol_impl
