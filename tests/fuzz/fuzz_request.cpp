@@ -1,4 +1,4 @@
-// Fuzz target: sonde serve's request parser (apps/sonde/serve/protocol.cpp: a JSON body -> the
+// Fuzz target: sonde serve's request parser (apps/sonde/serve/protocol*.cpp: a JSON body -> the
 // run layer's requests, settings, capture and edits) on arbitrary bytes. The first byte picks the
 // endpoint, the rest is the body. Every refusal must be an ApiError 400 with a message (never
 // another exception: the server would answer 500); a request that parses must be within the
