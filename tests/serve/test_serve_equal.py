@@ -240,6 +240,21 @@ class Dream(ServeCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_activations_equal_forward(self):
+        ids = [9, 2047, 100, 5]  # 2047: the tiny Dream's mask id, a row of kind masked
+        out_h5 = os.path.join(self.root, "dream-fwd.h5")
+        run_sonde("forward", "--model", self.dream, "--ids", ",".join(map(str, ids)), "--hooks", HOOK,
+                  "--out", out_h5, "--overwrite")
+        status, out = self.server.post("/v1/activations", {"prompt": ids, "hooks": HOOK})
+        self.assertEqual(status, 200, out)
+        a = out["activations"][HOOK]
+        with h5py.File(out_h5, "r") as f:
+            self.assertEqual(base64.b64decode(a["data"]), f["acts/" + HOOK][()].astype("<f4").tobytes())
+            self.assertEqual(a["rows"]["position"], list(f["rows/pos"][()]))
+            names = ["prompt", "generated", "special", "masked", "committed"]  # RowKind's values (sink.h)
+            self.assertEqual(a["rows"]["kind"], [names[k] for k in f["rows/kind"][()]])
+        self.assertIn("masked", a["rows"]["kind"])
+
     def test_ar_only_fields_are_refused(self):
         for body, field in [({"prompt": [1], "logprobs": 1}, "logprobs"), ({"prompt": [1], "echo": True}, "echo"),
                             ({"prompt": [1], "stop": ["x"]}, "stop")]:
