@@ -69,6 +69,28 @@ class Qwen2(ServeCase):
         self.assertEqual(lp[len(prompt):], want)  # the same doubles
         self.assertEqual(len(c["logprobs"]["top_logprobs"][1]), 1)
 
+    def test_lm_eval_loglikelihood_request(self):
+        """The request lm-evaluation-harness's local-completions sends for log-likelihoods (a batch of
+        id lists, echo, max_tokens 1, logprobs 1), read as it reads it: token_logprobs[ctxlen:-1]."""
+        pairs = [([5, 80, 300, 12], [44, 901, 3]), ([7, 7], [1999])]
+        path = os.path.join(self.root, "lm-eval.jsonl")
+        with open(path, "w") as f:
+            for ctx, cont in pairs:
+                f.write(json.dumps({"ids": ctx, "completion_ids": cont}) + "\n")
+        run_sonde("score", "--model", self.qwen, "--input", path, "--output", path + ".out", "--overwrite")
+        with open(path + ".out") as f:
+            want = [json.loads(line) for line in f]
+        out = self.complete({"model": "qwen2", "prompt": [c + k for c, k in pairs], "max_tokens": 1, "temperature": 0,
+                             "logprobs": 1, "echo": True, "seed": 1234})
+        for (ctx, cont), choice, w in zip(pairs, sorted(out["choices"], key=lambda c: c["index"]), want):
+            lp = choice["logprobs"]
+            self.assertEqual(len(lp["token_logprobs"]), len(ctx) + len(cont) + 1)  # prompt, then the one generated
+            tokens = lp["token_logprobs"][len(ctx):-1]
+            self.assertEqual(tokens, w["token_logprobs"])
+            self.assertEqual(sum(tokens), sum(w["token_logprobs"]))
+            for top in lp["top_logprobs"][len(ctx):-1]:  # is_greedy reads max(top.values())
+                self.assertEqual(len(top), 1)
+
     def test_activations_equal_forward(self):
         ids = [3, 77, 1500, 42, 9]
         hooks = f"{HOOK},blocks.1.mlp.hook_post"
