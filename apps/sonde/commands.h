@@ -20,5 +20,6 @@ int cmd_bench(const Args& args);
 int cmd_batch(const Args& args);
 int cmd_lens(const Args& args);
 int cmd_score(const Args& args);
+int cmd_serve(const Args& args);
 
 }  // namespace sonde::cli
