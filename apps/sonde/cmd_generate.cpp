@@ -12,11 +12,30 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <iostream>
 #include <optional>
 
 namespace sonde::cli {
 namespace {
+
+// On a terminal, control characters of the text (a random-weight model makes many) are shown as
+// \xNN instead of being sent raw, where they would move the cursor or ring the bell; tabs and
+// newlines are text. Piped output is the text itself.
+std::string visible(const std::string& text) {
+  static const bool tty = ::isatty(STDOUT_FILENO) != 0;
+  if (!tty) return text;
+  std::string out;
+  for (const char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if ((u < 0x20 && ch != '\n' && ch != '\t') || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += ch;
+  }
+  return out;
+}
 
 struct GenerateOptions {
   CommonOptions common;
@@ -111,7 +130,7 @@ int cmd_generate(const Args& args) {
   StopStringFilter shown(settings.stop.value_or(std::vector<std::string>{}));
   if (!o.json && reqs.size() == 1 && tok && writes) {
     stream.emplace(*tok, false);
-    ro.on_token = [&](std::int64_t, std::int32_t token) { std::cout << shown.push(stream->push(token)) << std::flush; };
+    ro.on_token = [&](std::int64_t, std::int32_t token) { std::cout << visible(shown.push(stream->push(token))) << std::flush; };
   }
   bool streamed = false;
   if (ro.on_token)
@@ -120,12 +139,17 @@ int cmd_generate(const Args& args) {
       show(r, t);
     };
   const RunResult res = run(*session, reqs, ro);
-  if (streamed) std::cout << shown.push(stream->finish()) << shown.finish() << "\n";
+  if (streamed) std::cout << visible(shown.push(stream->finish()) + shown.finish()) << "\n";
   if (!writes) return 0;
   for (const auto& r : res.results) {
     if (o.json) print_json(r, o.history);
-    else if (!streamed) std::cout << (r.completion_text ? *r.completion_text : nlohmann::json(r.completion).dump()) << "\n";
+    else if (!streamed) std::cout << visible(r.completion_text ? *r.completion_text : nlohmann::json(r.completion).dump()) << "\n";
   }
+  // What was written, on stderr: stdout stays the generated text (or JSON lines).
+  if (!o.out.empty())
+    std::cerr << "wrote " << o.out << " (" << res.totals.prompts << (res.totals.prompts == 1 ? " prompt, " : " prompts, ")
+              << res.totals.rows << " rows of " << res.hooks.size() << (res.hooks.size() == 1 ? " hook)\n" : " hooks)\n");
+  if (!o.stats.empty()) std::cerr << "wrote " << o.stats << " (statistics of " << res.hooks.size() << " hooks)\n";
   return 0;
 }
 
