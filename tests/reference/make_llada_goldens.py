@@ -52,6 +52,8 @@ TINY_CASES = [
     ("temp0.7_random_steps16_block4_seed7", 4, dict(steps=16, gen_length=16, block_length=4, temperature=0.7,
                                                   remasking="random", seed=7)),
     ("cfg1.5_lowconf_steps8_block8", 6, dict(steps=8, gen_length=16, block_length=8, cfg_scale=1.5)),
+    # 12 masks over 5 steps: 3, 3, 2, 2, 2 (the remainder goes to the first steps)
+    ("greedy_lowconf_steps5_gen12", 6, dict(steps=5, gen_length=12, block_length=12)),
 ]
 SMALL_CASES = [
     ("greedy_lowconf_steps8_block4", 7, dict(steps=8, gen_length=16, block_length=4)),
