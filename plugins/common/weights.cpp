@@ -59,7 +59,7 @@ std::vector<ExpectedWeight> expected_weights(const DecoderSpec& s) {
   const std::string hh = fmt::format("hidden_size {}", H), hi = fmt::format("intermediate_size {}", I);
   const WeightNames& n = s.names;
   std::vector<ExpectedWeight> w{{n.embed + ".weight", Shape{s.vocab, H}, Split::None,
-                                 fmt::format("vocab_size {}, hidden_size {}", s.vocab, H)}};
+                                 fmt::format("vocab_size {}, hidden_size {}", s.vocab, H), Part::Whole}};
   // A projection [out, in] and, when the family has one, its bias [out] (split like its rows).
   const auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in, Split split, const std::string& why,
                           Part part, bool bias) {
@@ -71,17 +71,17 @@ std::vector<ExpectedWeight> expected_weights(const DecoderSpec& s) {
   };
   for (std::int64_t i = 0; i < s.layers; ++i) {
     const std::string p = n.layer(i);
-    w.push_back({p + n.attn_norm + ".weight", Shape{H}, Split::None, hh});
+    w.push_back({p + n.attn_norm + ".weight", Shape{H}, Split::None, hh, Part::Whole});
     linear(p + n.q, q, H, Split::Rows, hq + ", " + hh, Part::QRows, s.qkv_bias);
     linear(p + n.k, kv, H, Split::Rows, hkv + ", " + hh, Part::KvRows, s.qkv_bias);
     linear(p + n.v, kv, H, Split::Rows, hkv + ", " + hh, Part::KvRows, s.qkv_bias);
     linear(p + n.o, H, q, Split::Cols, hh + ", " + hq, Part::QCols, s.out_bias);
-    w.push_back({p + n.mlp_norm + ".weight", Shape{H}, Split::None, hh});
+    w.push_back({p + n.mlp_norm + ".weight", Shape{H}, Split::None, hh, Part::Whole});
     linear(p + n.gate, I, H, Split::Rows, hi + ", " + hh, Part::MlpRows, s.out_bias);
     linear(p + n.up, I, H, Split::Rows, hi + ", " + hh, Part::MlpRows, s.out_bias);
     linear(p + n.down, H, I, Split::Cols, hh + ", " + hi, Part::MlpCols, s.out_bias);
   }
-  w.push_back({n.final_norm + ".weight", Shape{H}, Split::None, hh});
+  w.push_back({n.final_norm + ".weight", Shape{H}, Split::None, hh, Part::Whole});
   // Tied (model-spec §1.2): the embedding is the head and the head's tensor, if present, is ignored.
   if (!s.tied_embeddings)
     linear(n.head, s.vocab, H, Split::Rows,

@@ -77,7 +77,7 @@ std::filesystem::path llada_model(const std::filesystem::path& file) {
   return dir;
 }
 
-std::string shortest(double v) {
+std::string llada_number(double v) {
   std::ostringstream s;
   s.precision(17);
   s << v;
@@ -85,17 +85,17 @@ std::string shortest(double v) {
 }
 
 // generate()'s settings as sonde's flags (absent ones take generate.py's defaults in both).
-std::vector<std::string> flags(const nlohmann::json& s) {
+std::vector<std::string> llada_flags(const nlohmann::json& s) {
   std::vector<std::string> f{"--max-new-tokens", std::to_string(s["gen_length"].get<int>()), "--steps",
                              std::to_string(s["steps"].get<int>()), "--block-length",
                              std::to_string(s["block_length"].get<int>())};
   if (s.contains("remasking")) f.insert(f.end(), {"--remasking", s["remasking"].get<std::string>()});
-  if (s.contains("temperature")) f.insert(f.end(), {"--temperature", shortest(s["temperature"].get<double>())});
-  if (s.contains("cfg_scale")) f.insert(f.end(), {"--cfg-scale", shortest(s["cfg_scale"].get<double>())});
+  if (s.contains("temperature")) f.insert(f.end(), {"--temperature", llada_number(s["temperature"].get<double>())});
+  if (s.contains("cfg_scale")) f.insert(f.end(), {"--cfg-scale", llada_number(s["cfg_scale"].get<double>())});
   return f;
 }
 
-std::vector<std::int64_t> ids_of(const nlohmann::json& v) { return v.get<std::vector<std::int64_t>>(); }
+std::vector<std::int64_t> llada_ids(const nlohmann::json& v) { return v.get<std::vector<std::int64_t>>(); }
 
 class LladaGolden : public ::testing::TestWithParam<LladaCase> {};
 
@@ -104,11 +104,11 @@ TEST_P(LladaGolden, MatchesGeneratePyInFloat64) {
   std::filesystem::path model;
   ASSERT_NO_THROW(model = llada_model(c.file));
   std::vector<std::string> args{"generate", "--model", model.string(), "--backend", c.backend, "--json", "--ids",
-                                join_ids(ids_of(c.spec["prompt"])), "--seed", std::to_string(c.spec["seed"].get<int>())};
-  for (auto& f : flags(c.spec["settings"])) args.push_back(f);
+                                join_ids(llada_ids(c.spec["prompt"])), "--seed", std::to_string(c.spec["seed"].get<int>())};
+  for (auto& f : llada_flags(c.spec["settings"])) args.push_back(f);
   const auto out = generate_json(args);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(ids_of(out[0]["completion_ids"]), ids_of(c.spec["completion"])) << c.spec.dump();
+  EXPECT_EQ(llada_ids(out[0]["completion_ids"]), llada_ids(c.spec["completion"])) << c.spec.dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, LladaGolden, ::testing::ValuesIn(llada_cases()),
@@ -129,13 +129,13 @@ TEST(LladaGoldenBatch, RowsOfASeededBatchEqualTheirGoldens) {
         if (a["settings"] != b["settings"] || b["seed"].get<int>() != a["seed"].get<int>() + 1) continue;
         const auto model = llada_model(f);
         std::vector<std::string> args{"generate", "--model", model.string(), "--backend", "cpu-blas", "--json", "--ids",
-                                      join_ids(ids_of(a["prompt"])), "--ids", join_ids(ids_of(b["prompt"])), "--seed",
+                                      join_ids(llada_ids(a["prompt"])), "--ids", join_ids(llada_ids(b["prompt"])), "--seed",
                                       std::to_string(a["seed"].get<int>())};
-        for (auto& fl : flags(a["settings"])) args.push_back(fl);
+        for (auto& fl : llada_flags(a["settings"])) args.push_back(fl);
         const auto out = generate_json(args);
         ASSERT_EQ(out.size(), 2u);
-        EXPECT_EQ(ids_of(out[0]["completion_ids"]), ids_of(a["completion"])) << a.dump();
-        EXPECT_EQ(ids_of(out[1]["completion_ids"]), ids_of(b["completion"])) << b.dump();
+        EXPECT_EQ(llada_ids(out[0]["completion_ids"]), llada_ids(a["completion"])) << a.dump();
+        EXPECT_EQ(llada_ids(out[1]["completion_ids"]), llada_ids(b["completion"])) << b.dump();
         ++batches;
       }
   }
