@@ -118,13 +118,15 @@ RunTime run_decode(Session& s, const BenchOptions& o, std::int64_t tokens) {
           std::chrono::duration<double>(after_prefill - t0).count()};
 }
 
-// One denoising step of Dream's diffusion_generate (steps = 1): a bidirectional forward over the
-// canvas of prompt + masks, then the entropy sampler commits the masked slots.
+// One denoising step of the family's diffusion loop (steps = 1): a bidirectional forward over the
+// canvas of prompt + masks, then Dream's entropy sampler (LLaDA: low-confidence remasking, one
+// block) commits the masked slots.
 RunTime run_diffusion_step(Session& s, const BenchOptions& o) {
   const auto& cfg = s.config();
   DiffusionOptions d;
   d.max_new_tokens = o.tokens - o.prompt_tokens;
   d.steps = 1;
+  d.loop = s.info().diffusion_loop;
   d.sampling.alg = DiffusionAlg::Entropy;
   d.mask_id = static_cast<std::int32_t>(s.info().mask_token_id);
   d.pad_id = static_cast<std::int32_t>(cfg.pad_token_id.value_or(0));

@@ -29,7 +29,63 @@ using nlohmann::ordered_json;
 
 namespace {
 
+// LLaDA-8B-Base's config.json (OLMo-derived names and switches), with the preset's shape.
+ordered_json llada_config(const MakeOptions& o, const Preset& p, std::int64_t vocab, const SpecialIds& ids) {
+  ordered_json c;
+  c["activation_type"] = "silu";
+  c["alibi"] = false;
+  c["alibi_bias_max"] = 8.0;
+  c["architectures"] = {"LLaDAModelLM"};
+  c["attention_dropout"] = 0.0;
+  c["attention_layer_norm"] = false;
+  c["attention_layer_norm_with_affine"] = true;
+  c["auto_map"] = {{"AutoConfig", "configuration_llada.LLaDAConfig"},
+                   {"AutoModelForCausalLM", "modeling_llada.LLaDAModelLM"},
+                   {"AutoModel", "modeling_llada.LLaDAModelLM"}};
+  c["bias_for_layer_norm"] = false;
+  c["block_group_size"] = 1;
+  c["block_type"] = "llama";
+  c["d_model"] = p.hidden;
+  c["embedding_dropout"] = 0.0;
+  c["embedding_size"] = vocab;
+  c["eos_token_id"] = ids.endoftext;
+  c["flash_attention"] = false;
+  c["include_bias"] = false;
+  c["include_qkv_bias"] = false;
+  c["init_cutoff_factor"] = nullptr;
+  c["init_device"] = "meta";
+  c["init_fn"] = "mitchell";
+  c["init_std"] = 0.02;
+  c["input_emb_norm"] = false;
+  c["layer_norm_type"] = "rms";
+  c["layer_norm_with_affine"] = true;
+  c["mask_token_id"] = ids.mask;
+  c["max_sequence_length"] = p.max_positions;
+  c["mlp_hidden_size"] = p.intermediate;
+  c["mlp_ratio"] = 4;
+  c["model_type"] = "llada";
+  c["multi_query_attention"] = nullptr;
+  c["n_heads"] = p.heads;
+  c["n_kv_heads"] = p.kv_heads;
+  c["n_layers"] = p.layers;
+  c["pad_token_id"] = ids.endoftext;
+  c["precision"] = "amp_bf16";
+  c["residual_dropout"] = 0.0;
+  c["rms_norm_eps"] = 1e-5;
+  c["rope"] = true;
+  c["rope_full_precision"] = true;
+  c["rope_theta"] = 500000.0;
+  c["scale_logits"] = false;
+  c["torch_dtype"] = o.dtype == "bf16" ? "bfloat16" : "float32";
+  c["use_cache"] = false;
+  c["vocab_size"] = vocab;
+  c["weight_tying"] = false;
+  c["sonde_make_model"] = {{"preset", o.preset}, {"seed", o.seed}, {"dtype", o.dtype}};
+  return c;
+}
+
 ordered_json model_config(const MakeOptions& o, const Preset& p, std::int64_t vocab, const SpecialIds& ids) {
+  if (o.arch == "llada") return llada_config(o, p, vocab, ids);
   const bool dream = o.arch == "dream";
   ordered_json c;
   c["architectures"] = {dream ? "DreamModel" : "Qwen2ForCausalLM"};
@@ -67,7 +123,9 @@ ordered_json generation_config(const MakeOptions& o, const SpecialIds& ids) {
   ordered_json g;
   g["bos_token_id"] = ids.endoftext;
   g["eos_token_id"] = ids.endoftext;
-  if (o.arch == "dream") {
+  if (o.arch == "llada") {
+    g["pad_token_id"] = ids.endoftext;
+  } else if (o.arch == "dream") {
     // Dream-v0's shipped values (model-spec §2).
     g["pad_token_id"] = ids.endoftext;
     g["mask_token_id"] = nullptr;
@@ -96,21 +154,22 @@ void write_text(const fs::path& file, const std::string& text) {
 struct Init {
   double mean, std;
 };
-Init init_for(const WeightSpec& w) {
+Init init_for(const WeightSpec& w, const std::string& embedding) {
   const bool is_1d = w.shape.rank == 1;
-  if (is_1d && w.name.find("norm") != std::string::npos) return {1.0, 0.1};
+  if (is_1d && (w.name.find("norm") != std::string::npos || w.name.ends_with("ln_f.weight"))) return {1.0, 0.1};
   if (is_1d) return {0.0, 0.1};
-  if (w.name == "model.embed_tokens.weight") return {0.0, 1.0};
+  if (w.name == embedding) return {0.0, 1.0};
   return {0.0, 1.0 / std::sqrt(static_cast<double>(w.shape[1]))};
 }
 
 // Each tensor is generated in chunks straight into the file: the dream-7b preset is 15 GB in bf16.
-void write_random_safetensors(const fs::path& file, const std::vector<WeightSpec>& weights, DType dtype, std::uint64_t seed) {
+void write_random_safetensors(const fs::path& file, const std::vector<WeightSpec>& weights, const std::string& embedding,
+                              DType dtype, std::uint64_t seed) {
   std::vector<TensorSpec> specs;
   std::map<std::string, Init> inits;
   for (const auto& w : weights) {
     specs.push_back({w.name, dtype, w.shape});
-    inits[w.name] = init_for(w);
+    inits[w.name] = init_for(w, embedding);
   }
   std::vector<float> f32;
   std::vector<std::uint16_t> b16;
@@ -146,7 +205,7 @@ void write_tokenizer(const MakeOptions& o, const fs::path& out, const SpecialIds
     return;
   }
   write_text(out / "tokenizer.json", make_synthetic_tokenizer_json(static_cast<std::size_t>(vocab), special_tokens(ids), o.seed));
-  write_text(out / "tokenizer_config.json", tokenizer_config_json(o.arch == "dream"));
+  write_text(out / "tokenizer_config.json", tokenizer_config_json(o.arch));
 }
 
 }  // namespace
@@ -156,8 +215,8 @@ int cmd_make_model(const Args& args) {
   std::string plugin_dir, log_level = "warn";
   po::options_description desc("make-model options");
   desc.add_options()
-      ("arch", po::value(&o.arch)->default_value("qwen2"), "qwen2 or dream")
-      ("preset", po::value(&o.preset)->default_value("tiny"), "tiny, small, qwen2.5-0.5b, dream-7b")
+      ("arch", po::value(&o.arch)->default_value("qwen2"), "qwen2, dream or llada")
+      ("preset", po::value(&o.preset)->default_value("tiny"), "tiny, small, qwen2.5-0.5b, dream-7b, llada-8b")
       ("dtype", po::value(&o.dtype)->default_value("f32"), "weight dtype: f32 or bf16")
       ("vocab", po::value(&o.vocab)->default_value(0), "vocabulary size (0: the preset's)")
       ("seed", po::value(&o.seed)->default_value(0), "random seed")
@@ -167,7 +226,7 @@ int cmd_make_model(const Args& args) {
       ("plugin-dir", po::value(&plugin_dir), "look for plugins here first")
       ("log-level", po::value(&log_level)->default_value("warn"), "trace, debug, info, warn, error, off");
   po::variables_map vm;
-  if (!parse_options(args, "usage: sonde make-model --arch qwen2|dream --preset NAME --out DIR [options]", desc, vm))
+  if (!parse_options(args, "usage: sonde make-model --arch qwen2|dream|llada --preset NAME --out DIR [options]", desc, vm))
     return 0;
   init_logging(log_level);
   make_model(o, plugin_dir);
@@ -175,11 +234,12 @@ int cmd_make_model(const Args& args) {
 }
 
 void make_model(const MakeOptions& o, const std::string& plugin_dir) {
-  if (o.arch != "qwen2" && o.arch != "dream") bad_input("--arch: unknown architecture '{}' (qwen2, dream)", o.arch);
+  if (o.arch != "qwen2" && o.arch != "dream" && o.arch != "llada")
+    bad_input("--arch: unknown architecture '{}' (qwen2, dream, llada)", o.arch);
   if (o.dtype != "f32" && o.dtype != "bf16") bad_input("--dtype: '{}' is not f32 or bf16", o.dtype);
   const Preset preset = find_preset(o.preset);
   const std::int64_t vocab = o.vocab ? o.vocab : preset.vocab;
-  const SpecialIds ids = special_ids(o.arch == "dream", vocab, preset.real_vocab);
+  const SpecialIds ids = special_ids(o.arch, vocab, preset.real_vocab);
   if (vocab < 300 || ids.top >= vocab)
     bad_input("--vocab: {} is too small (at least 300, and above the special ids up to {})", vocab, ids.top);
 
@@ -195,7 +255,7 @@ void make_model(const MakeOptions& o, const std::string& plugin_dir) {
   const ModelConfig config = ModelConfig::load(out);
   auto model = registry.model_for(config.model_type);
   model->configure(config);
-  write_random_safetensors(out / "model.safetensors", model->weight_specs(),
+  write_random_safetensors(out / "model.safetensors", model->weight_specs(), model->info().embedding_weight,
                            o.dtype == "bf16" ? DType::bf16 : DType::f32, o.seed);
   write_tokenizer(o, out, ids, vocab);
   std::cout << "wrote " << o.arch << " " << o.preset << " (" << o.dtype << ", vocab " << vocab << ", seed " << o.seed

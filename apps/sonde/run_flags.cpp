@@ -48,7 +48,11 @@ void add_generation_options(po::options_description& desc, bool all) {
       ("tokens-per-step", po::value<std::int64_t>(), "diffusion: commit this many slots per step instead of the steps schedule")
       ("refresh-every", po::value<std::int64_t>(),
        "block-cache, dual-cache: also refresh the whole K/V cache every N steps of a block (dKV-Cache-style; default: "
-       "only at a block's first step)");
+       "only at a block's first step)")
+      ("block-length", po::value<std::int64_t>(),
+       "LLaDA's generate: slots per semi-autoregressive block, dividing max-new-tokens (default: max-new-tokens)")
+      ("remasking", po::value<std::string>(), "LLaDA's generate: low_confidence (default) or random")
+      ("cfg-scale", po::value<double>(), "LLaDA's generate: classifier-free guidance scale (default 0: off)");
   if (!all) return;
   desc.add_options()
       ("repetition-penalty", po::value<double>(), "autoregressive only")
@@ -76,6 +80,9 @@ GenerationSettings generation_settings(const po::variables_map& vm) {
   s.threshold = flag<double>(vm, "threshold");
   s.tokens_per_step = flag<std::int64_t>(vm, "tokens-per-step");
   s.refresh_every = flag<std::int64_t>(vm, "refresh-every");
+  s.block_length = flag<std::int64_t>(vm, "block-length");
+  s.remasking = flag<std::string>(vm, "remasking");
+  s.cfg_scale = flag<double>(vm, "cfg-scale");
   if (s.max_new_tokens && *s.max_new_tokens < 1) bad_input("--max-new-tokens must be at least 1, got {}", *s.max_new_tokens);
   if (s.steps && *s.steps < 1) bad_input("--steps must be at least 1, got {}", *s.steps);
   if (s.alg) as_flag("--alg", [&] { parse_diffusion_alg(*s.alg); });

@@ -8,13 +8,17 @@
 
 namespace sonde::cli {
 
+// LLaDA (llada) names its three text specials <|endoftext|>, <|startoftext|> and <|eot_id|> and
+// its mask <|mdm_mask|>; the fields keep Qwen's names for the same roles (eos, bos/start, end of turn).
 struct SpecialIds {
   std::int32_t endoftext = 0, im_start = 0, im_end = 0, mask = -1;
   std::int32_t top = 0;  // the highest special id
+  bool llada = false;
 };
 
-SpecialIds special_ids(bool dream, std::int64_t vocab, bool real_vocab);
+// arch: qwen2, dream or llada.
+SpecialIds special_ids(const std::string& arch, std::int64_t vocab, bool real_vocab);
 std::vector<std::pair<std::string, std::int32_t>> special_tokens(const SpecialIds& ids);
-std::string tokenizer_config_json(bool dream);
+std::string tokenizer_config_json(const std::string& arch);
 
 }  // namespace sonde::cli

@@ -137,14 +137,29 @@ std::optional<std::string> read_optional_file(const fs::path& file) {
   return ss.str();
 }
 
+// Each dimension under its Hugging Face name, or under the name OLMo-derived configs (LLaDA)
+// publish for the same quantity: a naming table, not a model switch (design idiom 8).
+const char* present_name(const Fields& f, const char* hf, const char* olmo) {
+  return f.find(hf) || !f.find(olmo) ? hf : olmo;
+}
+
 void read_dimensions(ModelConfig& c, const Fields& f) {
-  c.hidden_size = f.positive_int("hidden_size");
-  c.num_hidden_layers = f.positive_int("num_hidden_layers");
-  c.num_attention_heads = f.positive_int("num_attention_heads");
-  c.num_key_value_heads = f.positive_int("num_key_value_heads");
-  c.intermediate_size = f.positive_int("intermediate_size");
+  const auto dim = [&](const char* hf, const char* olmo) { return f.positive_int(present_name(f, hf, olmo)); };
+  c.hidden_size = dim("hidden_size", "d_model");
+  c.num_hidden_layers = dim("num_hidden_layers", "n_layers");
+  c.num_attention_heads = dim("num_attention_heads", "n_heads");
+  // OLMo: n_kv_heads null means one kv head per query head (or one in all with multi_query_attention).
+  if (!f.find("num_key_value_heads") && f.find("n_heads") && !f.find("n_kv_heads"))
+    c.num_key_value_heads = f.opt_bool("multi_query_attention").value_or(false) ? 1 : c.num_attention_heads;
+  else
+    c.num_key_value_heads = dim("num_key_value_heads", "n_kv_heads");
+  // OLMo: mlp_hidden_size null means mlp_ratio * d_model.
+  if (!f.find("intermediate_size") && f.find("d_model") && !f.find("mlp_hidden_size"))
+    c.intermediate_size = f.positive_int("mlp_ratio") * c.hidden_size;
+  else
+    c.intermediate_size = dim("intermediate_size", "mlp_hidden_size");
   c.vocab_size = f.positive_int("vocab_size");
-  c.max_position_embeddings = f.positive_int("max_position_embeddings");
+  c.max_position_embeddings = dim("max_position_embeddings", "max_sequence_length");
   c.rms_norm_eps = f.positive_number("rms_norm_eps");
   c.rope_theta = f.positive_number("rope_theta");
 }
@@ -167,9 +182,10 @@ void check_heads(ModelConfig& c, const Fields& f, const std::string& label) {
 
 // Features the Qwen2 blocks do not implement: refuse rather than compute something else.
 void reject_unsupported(ModelConfig& c, const Fields& f, const std::string& label) {
-  c.hidden_act = f.opt_string("hidden_act").value_or("silu");
+  const char* act = present_name(f, "hidden_act", "activation_type");
+  c.hidden_act = f.opt_string(act).value_or("silu");
   if (c.hidden_act != "silu")
-    bad_input("{}: field 'hidden_act' is \"{}\": only \"silu\" is supported", label, c.hidden_act);
+    bad_input("{}: field '{}' is \"{}\": only \"silu\" is supported", label, act, c.hidden_act);
   if (f.opt_bool("use_sliding_window").value_or(false))
     bad_input("{}: field 'use_sliding_window' is true: sliding-window attention is not supported", label);
   if (const json* rs = f.find("rope_scaling"))
@@ -209,7 +225,7 @@ ModelConfig ModelConfig::parse(const std::string& json_text, const std::string& 
   read_dimensions(c, f);
   check_heads(c, f, label);
   reject_unsupported(c, f, label);
-  c.tie_word_embeddings = f.opt_bool("tie_word_embeddings").value_or(false);
+  c.tie_word_embeddings = f.opt_bool(present_name(f, "tie_word_embeddings", "weight_tying")).value_or(false);
   c.torch_dtype = f.opt_string("torch_dtype").value_or("");
   c.bos_token_id = f.opt_int("bos_token_id");
   c.pad_token_id = f.opt_int("pad_token_id");

@@ -74,6 +74,21 @@ std::int64_t block_count(const DiffusionOptions& o) {
 void check_diffusion_options(const DiffusionOptions& o) {
   if (o.steps < 1) bad_input("steps must be at least 1, got {}", o.steps);
   if (o.max_new_tokens < 1) bad_input("max_new_tokens must be at least 1, got {}", o.max_new_tokens);
+  if (o.loop == DiffusionLoop::SemiArRemasking) {  // generate.py's asserts, as errors
+    const std::int64_t L = o.block_length > 0 ? o.block_length : o.max_new_tokens;
+    if (o.block_length < 0) bad_input("block_length must be at least 1, got {}", o.block_length);
+    if (o.max_new_tokens % L != 0)
+      bad_input("block_length: {} does not divide max_new_tokens {} (LLaDA's generate needs gen_length % block_length == 0)",
+                L, o.max_new_tokens);
+    if (o.steps % (o.max_new_tokens / L) != 0)
+      bad_input("steps: {} is not a multiple of the {} blocks of {} new tokens in blocks of {} (LLaDA's generate splits "
+                "the steps evenly over the blocks)",
+                o.steps, o.max_new_tokens / L, o.max_new_tokens, L);
+    if (!(o.cfg_scale >= 0) || !std::isfinite(o.cfg_scale)) bad_input("cfg_scale: {} is not a number >= 0", o.cfg_scale);
+    if (o.mode != DiffusionMode::Exact)
+      bad_input("diffusion_mode: {} is not available for LLaDA's generate (exact only)", diffusion_mode_name(o.mode));
+    return;
+  }
   if (!(o.eps > 0 && o.eps < 1)) bad_input("eps must lie in (0, 1), got {}", o.eps);
   if (o.alg_temp && *o.alg_temp < 0) bad_input("alg_temp must not be negative, got {}", *o.alg_temp);
   if (o.block_size < 1) bad_input("block_size must be at least 1, got {}", o.block_size);
@@ -188,6 +203,7 @@ using namespace diffusion_detail;
 DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::vector<std::int32_t>>& prompts,
                                    const DiffusionOptions& o, const DiffusionCallback& on_step) {
   check_diffusion_options(o);
+  if (o.loop == DiffusionLoop::SemiArRemasking) return remasking_generate(model, prompts, o, on_step);
   if (o.mode != DiffusionMode::Exact || !scheduled(o)) return blockwise_generate(model, prompts, o, on_step);
   Canvas c = make_canvas(left_pad(prompts, o.pad_id), o);
   const std::int64_t B = c.B, N = c.N, V = model.vocab_size();

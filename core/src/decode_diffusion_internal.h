@@ -41,4 +41,8 @@ DiffusionResult make_result(const Canvas& c, const std::vector<std::vector<std::
 DiffusionResult blockwise_generate(DecodeForward& model, const std::vector<std::vector<std::int32_t>>& prompts,
                                    const DiffusionOptions& o, const DiffusionCallback& on_step);
 
+// LLaDA's generate() (DiffusionLoop::SemiArRemasking): decode_diffusion_remasking.cpp.
+DiffusionResult remasking_generate(DecodeForward& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                                   const DiffusionOptions& o, const DiffusionCallback& on_step);
+
 }  // namespace sonde::diffusion_detail

@@ -44,7 +44,7 @@ const std::vector<std::string>& GenerationSettings::keys() {
   static const std::vector<std::string> names{"max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
                                               "seed", "steps", "alg", "alg_temp", "eps", "stop",
                                               "diffusion_mode", "block_size", "threshold", "tokens_per_step",
-                                              "refresh_every"};
+                                              "refresh_every", "block_length", "remasking", "cfg_scale"};
   return names;
 }
 
@@ -66,6 +66,9 @@ GenerationSettings GenerationSettings::overridden_by(const GenerationSettings& o
   take(s.threshold, o.threshold);
   take(s.tokens_per_step, o.tokens_per_step);
   take(s.refresh_every, o.refresh_every);
+  take(s.block_length, o.block_length);
+  take(s.remasking, o.remasking);
+  take(s.cfg_scale, o.cfg_scale);
   return s;
 }
 
@@ -87,6 +90,9 @@ json GenerationSettings::to_json() const {
   set_if(j, "threshold", threshold);
   set_if(j, "tokens_per_step", tokens_per_step);
   set_if(j, "refresh_every", refresh_every);
+  set_if(j, "block_length", block_length);
+  set_if(j, "remasking", remasking);
+  set_if(j, "cfg_scale", cfg_scale);
   return j;
 }
 
@@ -113,9 +119,11 @@ GenerationSettings GenerationSettings::from_json(const json& o) {
     else if (key == "tokens_per_step") s.tokens_per_step = whole(key, v);
     else if (key == "refresh_every") s.refresh_every = whole(key, v);
     else if (key == "threshold") s.threshold = number(key, v);
-    else if (key == "alg" || key == "diffusion_mode") {
+    else if (key == "block_length") s.block_length = whole(key, v);
+    else if (key == "cfg_scale") s.cfg_scale = number(key, v);
+    else if (key == "alg" || key == "diffusion_mode" || key == "remasking") {
       if (!v.is_string()) bad_value(key, v);
-      (key == "alg" ? s.alg : s.diffusion_mode) = v.get<std::string>();
+      (key == "alg" ? s.alg : key == "remasking" ? s.remasking : s.diffusion_mode) = v.get<std::string>();
     } else if (key == "stop") {
       if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); })) bad_value(key, v);
       s.stop = v.get<std::vector<std::string>>();
@@ -141,6 +149,9 @@ void GenerationSettings::check() const {
     bad_input("repetition_penalty: {} is not positive", *repetition_penalty);
   if (eps && !(finite("eps", *eps) > 0 && *eps < 1)) bad_input("eps: {} is outside (0, 1)", *eps);
   if (alg) parse_diffusion_alg(*alg);
+  if (block_length && *block_length < 1) bad_input("block_length: {} is less than 1", *block_length);
+  if (remasking) parse_remasking(*remasking);
+  if (cfg_scale && finite("cfg_scale", *cfg_scale) < 0) bad_input("cfg_scale: {} is negative", *cfg_scale);
   check_diffusion_settings();
 }
 
@@ -188,10 +199,43 @@ ArOptions resolve_autoregressive(const GenerationSettings& s, const ModelConfig&
   return a;
 }
 
-DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg) {
+namespace {
+
+// LLaDA's generate(): its own settings, and a clear refusal of Dream's (which it has no use for).
+void resolve_remasking(const GenerationSettings& s, DiffusionOptions& d) {
+  const std::pair<const char*, bool> dream_only[] = {
+      {"alg", s.alg.has_value()}, {"eps", s.eps.has_value()}, {"alg_temp", s.alg_temp.has_value()},
+      {"top_p", s.top_p.has_value()}, {"top_k", s.top_k.has_value()}, {"diffusion_mode", s.diffusion_mode.has_value()},
+      {"block_size", s.block_size.has_value()}, {"threshold", s.threshold.has_value()},
+      {"tokens_per_step", s.tokens_per_step.has_value()}, {"refresh_every", s.refresh_every.has_value()}};
+  for (const auto& [name, set] : dream_only)
+    if (set)
+      bad_input("{}: is a setting of Dream's diffusion_generate; this model generates as LLaDA's generate() (steps, "
+                "block_length, remasking, cfg_scale, temperature)",
+                name);
+  d.loop = DiffusionLoop::SemiArRemasking;
+  d.block_length = s.block_length.value_or(d.max_new_tokens);
+  d.remasking = parse_remasking(s.remasking.value_or("low_confidence"));
+  d.cfg_scale = s.cfg_scale.value_or(0.0);
+  d.sampling.temperature = s.temperature.value_or(0.0);
+  d.sampling.top_p.reset();
+  d.sampling.top_k.reset();
+  d.alg_temp.reset();
+}
+
+}  // namespace
+
+DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg, DiffusionLoop loop) {
   const auto& gen = cfg.generation;
   DiffusionOptions d;
   d.max_new_tokens = resolve_max_new_tokens(s, cfg);
+  if (loop == DiffusionLoop::DreamTimesteps) {
+    const std::pair<const char*, bool> llada_only[] = {{"block_length", s.block_length.has_value()},
+                                                       {"remasking", s.remasking.has_value()},
+                                                       {"cfg_scale", s.cfg_scale.has_value()}};
+    for (const auto& [name, set] : llada_only)
+      if (set) bad_input("{}: is a setting of LLaDA's generate(); this model does not generate that way", name);
+  }
   d.steps = s.steps.value_or(d.max_new_tokens);
   d.eps = s.eps.value_or(gen.eps.value_or(1e-3));
   d.sampling.alg = parse_diffusion_alg(s.alg.value_or("entropy"));
@@ -208,6 +252,7 @@ DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfi
   if (!mask) bad_input("{}: config.json has no mask_token_id", cfg.dir.string());
   d.mask_id = static_cast<std::int32_t>(*mask);
   d.pad_id = static_cast<std::int32_t>(cfg.pad_token_id.value_or(gen.pad_token_id.value_or(0)));
+  if (loop == DiffusionLoop::SemiArRemasking) resolve_remasking(s, d);
   return d;
 }
 

@@ -47,7 +47,7 @@ Generated generate_batch(RunModel& s, DecodeForward& fwd, const std::vector<cons
   const GenerationSettings& settings = batch.front()->settings;  // equal across a micro-batch
   const Tokenizer* tok = s.tokenizer();
   if (s.info().decoding == DecodingKind::MaskedDiffusion) {
-    DiffusionOptions d = resolve_diffusion(settings, s.config());
+    DiffusionOptions d = resolve_diffusion(settings, s.config(), s.info().diffusion_loop);
     d.seeds = seeds;
     DiffusionCallback on_step;
     if (o.record_history || o.on_step)

@@ -21,7 +21,14 @@ namespace {
 nlohmann::json decoding(const RunModel& s, const std::vector<PreparedRequest>& prepared) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& p : prepared) {
-    const DiffusionOptions d = resolve_diffusion(p.settings, s.config());
+    const DiffusionOptions d = resolve_diffusion(p.settings, s.config(), s.info().diffusion_loop);
+    if (d.loop == DiffusionLoop::SemiArRemasking) {  // LLaDA's generate(): its own names
+      nlohmann::json e{{"loop", "llada_generate"}, {"diffusion_mode", "exact"}, {"steps", d.steps}, {"max_new_tokens", d.max_new_tokens},
+                       {"block_length", d.block_length}, {"remasking", remasking_name(d.remasking)},
+                       {"cfg_scale", d.cfg_scale}, {"temperature", d.sampling.temperature}, {"cache", "none"}};
+      if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+      continue;
+    }
     nlohmann::json e{{"diffusion_mode", diffusion_mode_name(d.mode)}, {"alg", diffusion_alg_name(d.sampling.alg)},
                      {"max_new_tokens", d.max_new_tokens}, {"cache", diffusion_cache_name(d.mode)}};
     if (d.mode != DiffusionMode::Exact) e["block_size"] = d.block_size;
@@ -98,7 +105,13 @@ RunMetadata run_metadata(const RunModel& s, const nlohmann::json& run_config, co
     m.strings["diffusion_mode"] = d.size() == 1 ? e["diffusion_mode"].get<std::string>() : "mixed";
     m.strings["diffusion_cache"] = d.size() == 1 ? e["cache"].get<std::string>() : "mixed";
     if (d.size() == 1) {
-      m.ints["block_size"] = e.value("block_size", e["max_new_tokens"].get<std::int64_t>());
+      if (e.contains("block_length")) {  // LLaDA's generate(): its own names
+        m.ints["block_length"] = e["block_length"].get<std::int64_t>();
+        m.strings["remasking"] = e["remasking"].get<std::string>();
+        m.strings["cfg_scale"] = e["cfg_scale"].dump();
+      } else {
+        m.ints["block_size"] = e.value("block_size", e["max_new_tokens"].get<std::int64_t>());
+      }
       if (e.contains("threshold")) m.strings["threshold"] = e["threshold"].dump();
       if (e.contains("tokens_per_step")) m.ints["tokens_per_step"] = e["tokens_per_step"].get<std::int64_t>();
       if (e.contains("refresh_every")) m.ints["refresh_every"] = e["refresh_every"].get<std::int64_t>();

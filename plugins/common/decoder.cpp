@@ -31,8 +31,13 @@ struct Tp {
   Ref sum(Ref partial) { return on() ? b.all_reduce_sum(partial) : partial; }
 };
 
+// x W^T, plus the bias when the family has one (DecoderSpec::qkv_bias, out_bias).
+Ref linear(GraphBuilder& b, Ref x, const std::string& name, bool bias) {
+  return bias ? b.linear(x, b.weight(name + ".weight"), b.weight(name + ".bias")) : b.linear(x, b.weight(name + ".weight"));
+}
+
 // q, k, v: x W^T + b, heads kept separate; RoPE on q and k only; attention over all heads;
-// o_proj without bias.
+// o_proj (Qwen2: without bias).
 Ref attention_block(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b, const Inputs& in,
                     const std::string& p, const std::string& w, const std::string& layer, Ref h) {
   const std::int64_t B = bs.batch, T = bs.tokens, d = s.head_dim;
@@ -41,13 +46,13 @@ Ref attention_block(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b,
   // Without parallelism the plan may be unset (a model built without load()): the whole model.
   const std::int64_t nq = tp.on() ? sh.q.size() : s.heads, nkv = tp.on() ? sh.kv.size() : s.kv_heads;
   const Range own{sh.kv_own.begin - sh.kv.begin, sh.kv_own.end - sh.kv.begin};  // in the local kv heads
-  auto project = [&](const char* proj, std::int64_t heads) {
-    Ref y = b.linear(h, b.weight(w + "self_attn." + proj + ".weight"), b.weight(w + "self_attn." + proj + ".bias"));
-    return b.reshape(y, Shape{B, T, heads, d});
+  const WeightNames& n = s.names;
+  auto project = [&](const std::string& proj, std::int64_t heads) {
+    return b.reshape(linear(b, h, w + proj, s.qkv_bias), Shape{B, T, heads, d});
   };
-  Ref q = tp.hook(project("q_proj", nq), 2, s.heads, p + "attn.hook_q");
-  Ref k = tp.hook(project("k_proj", nkv), 2, s.kv_heads, p + "attn.hook_k", own);
-  Ref v = tp.hook(project("v_proj", nkv), 2, s.kv_heads, p + "attn.hook_v", own);
+  Ref q = tp.hook(project(n.q, nq), 2, s.heads, p + "attn.hook_q");
+  Ref k = tp.hook(project(n.k, nkv), 2, s.kv_heads, p + "attn.hook_k", own);
+  Ref v = tp.hook(project(n.v, nkv), 2, s.kv_heads, p + "attn.hook_v", own);
   Ref rq = tp.hook(b.rope(q, in.positions, s.rope_theta), 2, s.heads, p + "attn.hook_rot_q");
   Ref rk = tp.hook(b.rope(k, in.positions, s.rope_theta), 2, s.kv_heads, p + "attn.hook_rot_k", own);
   if (tp.on()) {  // what the KV cache keeps (ModelInfo::new_k, new_v)
@@ -68,24 +73,25 @@ Ref attention_block(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b,
   Ref z = tp.hook(attend(OpKind::Attention), 2, s.heads, p + "attn.hook_z");
   tp.hook(attend(OpKind::AttentionPattern), 2, s.heads, p + "attn.hook_pattern");  // computed only if tapped
   Ref zf = b.reshape(z, Shape{B, T, nq * d});
-  return b.name(tp.sum(b.linear(zf, b.weight(w + "self_attn.o_proj.weight"))), p + "hook_attn_out");
+  return b.name(tp.sum(linear(b, zf, w + n.o, s.out_bias)), p + "hook_attn_out");
 }
 
-// down( silu(gate(h)) * up(h) ), no biases.
+// down( silu(gate(h)) * up(h) ) (Qwen2: no biases).
 Ref mlp_block(const DecoderSpec& s, GraphBuilder& b, const std::string& p, const std::string& w, Ref h) {
   Tp tp{s, b};
-  Ref gate = tp.hook(b.linear(h, b.weight(w + "mlp.gate_proj.weight")), 2, s.intermediate, p + "mlp.hook_pre");
-  Ref up = tp.hook(b.linear(h, b.weight(w + "mlp.up_proj.weight")), 2, s.intermediate, p + "mlp.hook_pre_linear");
+  const WeightNames& n = s.names;
+  Ref gate = tp.hook(linear(b, h, w + n.gate, s.out_bias), 2, s.intermediate, p + "mlp.hook_pre");
+  Ref up = tp.hook(linear(b, h, w + n.up, s.out_bias), 2, s.intermediate, p + "mlp.hook_pre_linear");
   Ref act = tp.hook(b.silu_mul(gate, up), 2, s.intermediate, p + "mlp.hook_post");
-  return b.name(tp.sum(b.linear(act, b.weight(w + "mlp.down_proj.weight"))), p + "hook_mlp_out");
+  return b.name(tp.sum(linear(b, act, w + n.down, s.out_bias)), p + "hook_mlp_out");
 }
 
 Ref decoder_layer(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b, const Inputs& in, std::int64_t i, Ref x) {
-  const std::string p = fmt::format("blocks.{}.", i), w = fmt::format("model.layers.{}.", i);
+  const std::string p = fmt::format("blocks.{}.", i), w = s.names.layer(i);
   b.name(x, p + "hook_resid_pre");
-  Ref h = b.name(b.rms_norm(x, b.weight(w + "input_layernorm.weight"), s.rms_eps), p + "ln1.hook_out");
+  Ref h = b.name(b.rms_norm(x, b.weight(w + s.names.attn_norm + ".weight"), s.rms_eps), p + "ln1.hook_out");
   Ref mid = b.name(b.add(x, attention_block(s, bs, b, in, p, w, std::to_string(i), h)), p + "hook_resid_mid");
-  Ref h2 = b.name(b.rms_norm(mid, b.weight(w + "post_attention_layernorm.weight"), s.rms_eps), p + "ln2.hook_out");
+  Ref h2 = b.name(b.rms_norm(mid, b.weight(w + s.names.mlp_norm + ".weight"), s.rms_eps), p + "ln2.hook_out");
   return b.name(b.add(mid, mlp_block(s, b, p, w, h2)), p + "hook_resid_post");
 }
 
@@ -96,18 +102,19 @@ void build_decoder(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b) 
   Inputs in{b.input("ids", DType::i32, bt), b.input("positions", DType::i32, bt), std::nullopt};
   if (bs.has_mask) in.mask = b.input("mask", DType::u8, Shape{bs.batch, bs.past_tokens + bs.tokens});
 
-  Ref x = b.name(b.embedding(b.weight("model.embed_tokens.weight"), in.ids), "hook_embed");
+  const WeightNames& n = s.names;
+  Ref x = b.name(b.embedding(b.weight(n.embed + ".weight"), in.ids), "hook_embed");
   for (std::int64_t i = 0; i < s.layers; ++i) x = decoder_layer(s, bs, b, in, i, x);
   if (bs.need_logits && bs.last_logits_only && bs.tokens > 1) x = b.slice_rows(x, bs.tokens - 1, bs.tokens);
-  Ref xf = b.name(b.rms_norm(x, b.weight("model.norm.weight"), s.rms_eps), "ln_final.hook_out");
+  Ref xf = b.name(b.rms_norm(x, b.weight(n.final_norm + ".weight"), s.rms_eps), "ln_final.hook_out");
   if (!bs.need_logits) return;
   if (s.shard.active()) {  // each rank's vocabulary rows (load_weights), gathered for sampling
-    Ref part = b.linear(xf, b.weight("lm_head.weight"));
+    Ref part = linear(b, xf, n.head, s.out_bias && !s.tied_embeddings);
     b.output("logits", b.name(b.all_gather(part, 2, s.vocab), "hook_logits"));
     return;
   }
-  const char* head = s.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  b.output("logits", b.name(b.linear(xf, b.weight(head)), "hook_logits"));
+  Ref logits = s.tied_embeddings ? b.linear(xf, b.weight(n.embed + ".weight")) : linear(b, xf, n.head, s.out_bias);
+  b.output("logits", b.name(logits, "hook_logits"));
 }
 
 }  // namespace sonde::common

@@ -14,22 +14,41 @@
 
 namespace sonde::common {
 
+// A family's published tensor names (Qwen2's by default, model-spec §1.2), without ".weight" /
+// ".bias". Block i's tensors are `layer_prefix` + i + "." + the block-relative name.
+struct WeightNames {
+  std::string embed = "model.embed_tokens", final_norm = "model.norm", head = "lm_head";
+  std::string layer_prefix = "model.layers.";
+  std::string attn_norm = "input_layernorm", q = "self_attn.q_proj", k = "self_attn.k_proj", v = "self_attn.v_proj",
+              o = "self_attn.o_proj", mlp_norm = "post_attention_layernorm", gate = "mlp.gate_proj",
+              up = "mlp.up_proj", down = "mlp.down_proj";
+  std::string layer(std::int64_t i) const { return layer_prefix + std::to_string(i) + "."; }
+};
+
 struct DecoderSpec {
   std::int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0, vocab = 0;
   float rms_eps = 0;
   double rope_theta = 0;
   bool tied_embeddings = false;
   bool causal = true;
+  WeightNames names;
+  bool qkv_bias = true;   // q, k, v carry a bias (Qwen2)
+  bool out_bias = false;  // o, gate, up, down and an untied head carry one too (OLMo's include_bias)
   ShardPlan shard;  // this rank's part under tensor parallelism (load() asks the backend)
 
   static DecoderSpec from_config(const ModelConfig& c, bool causal);
 };
+
+// Which part of a weight a tensor-parallel rank holds (ShardPlan): whole, or its rows or
+// columns of the query heads, kv heads, MLP columns or vocabulary.
+enum class Part { Whole, QRows, KvRows, QCols, MlpRows, MlpCols, VocabRows };
 
 struct ExpectedWeight {
   std::string name;
   Shape shape;
   Split split = Split::None;
   std::string why;  // which config fields give the shape, for error messages
+  Part part = Part::Whole;
 };
 
 // Every tensor the forward reads, with the shape config.json implies.

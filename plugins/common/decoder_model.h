@@ -23,9 +23,9 @@ class DecoderModel : public ModelPlugin {
   // What every family of the shared decoder names alike (decoder.cpp builds these names).
   ModelInfo decoder_info() const {
     ModelInfo i;
-    i.embedding_weight = "model.embed_tokens.weight";
-    i.final_norm_weight = "model.norm.weight";
-    i.head_weight = spec_.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    i.embedding_weight = spec_.names.embed + ".weight";
+    i.final_norm_weight = spec_.names.final_norm + ".weight";
+    i.head_weight = (spec_.tied_embeddings ? spec_.names.embed : spec_.names.head) + ".weight";
     i.final_norm_eps = spec_.rms_eps;
     for (std::int64_t l = 0; l < spec_.layers; ++l) {
       const auto layer = std::to_string(l);

@@ -4,7 +4,6 @@
 #include <sonde/log.h>
 
 #include <algorithm>
-#include <cstring>
 
 namespace sonde::common {
 namespace {
@@ -21,16 +20,17 @@ Range times(Range r, std::int64_t k) { return {r.begin * k, r.end * k}; }
 // This rank's part of a weight (Megatron): q, k, v and gate, up by output rows (whole heads; kv
 // heads replicated where ranks share one), o_proj and down_proj by input columns, the head by
 // vocabulary rows; norms and the embedding whole.
-TensorView shard_of(const DecoderSpec& s, const std::string& name, const TensorView& v) {
+TensorView shard_of(const DecoderSpec& s, const ExpectedWeight& e, const TensorView& v) {
   const ShardPlan& p = s.shard;
-  const auto ends = [&](const char* suffix) { return name.size() >= std::strlen(suffix) && name.ends_with(suffix); };
-  if (ends("q_proj.weight") || ends("q_proj.bias")) return narrow(v, 0, times(p.q, s.head_dim));
-  if (ends("k_proj.weight") || ends("k_proj.bias") || ends("v_proj.weight") || ends("v_proj.bias"))
-    return narrow(v, 0, times(p.kv, s.head_dim));
-  if (ends("o_proj.weight")) return narrow(v, 1, times(p.q, s.head_dim));
-  if (ends("gate_proj.weight") || ends("up_proj.weight")) return narrow(v, 0, p.mlp);
-  if (ends("down_proj.weight")) return narrow(v, 1, p.mlp);
-  if (name == "lm_head.weight") return narrow(v, 0, p.vocab);
+  switch (e.part) {
+    case Part::QRows: return narrow(v, 0, times(p.q, s.head_dim));
+    case Part::KvRows: return narrow(v, 0, times(p.kv, s.head_dim));
+    case Part::QCols: return narrow(v, 1, times(p.q, s.head_dim));
+    case Part::MlpRows: return narrow(v, 0, p.mlp);
+    case Part::MlpCols: return narrow(v, 1, p.mlp);
+    case Part::VocabRows: return narrow(v, 0, p.vocab);
+    case Part::Whole: break;
+  }
   return v;
 }
 
@@ -57,28 +57,35 @@ std::vector<ExpectedWeight> expected_weights(const DecoderSpec& s) {
   const std::string hq = fmt::format("num_attention_heads {} x head_dim {}", s.heads, s.head_dim);
   const std::string hkv = fmt::format("num_key_value_heads {} x head_dim {}", s.kv_heads, s.head_dim);
   const std::string hh = fmt::format("hidden_size {}", H), hi = fmt::format("intermediate_size {}", I);
-  std::vector<ExpectedWeight> w{{"model.embed_tokens.weight", Shape{s.vocab, H}, Split::None,
-                                 fmt::format("vocab_size {}, hidden_size {}", s.vocab, H)}};
+  const WeightNames& n = s.names;
+  std::vector<ExpectedWeight> w{{n.embed + ".weight", Shape{s.vocab, H}, Split::None,
+                                 fmt::format("vocab_size {}, hidden_size {}", s.vocab, H), Part::Whole}};
+  // A projection [out, in] and, when the family has one, its bias [out] (split like its rows).
+  const auto linear = [&](const std::string& name, std::int64_t out, std::int64_t in, Split split, const std::string& why,
+                          Part part, bool bias) {
+    w.push_back({name + ".weight", Shape{out, in}, split, why, part});
+    if (bias) {
+      const bool by_rows = split == Split::Rows;  // a column-split layer's bias is whole
+      w.push_back({name + ".bias", Shape{out}, by_rows ? Split::Rows : Split::None, why, by_rows ? part : Part::Whole});
+    }
+  };
   for (std::int64_t i = 0; i < s.layers; ++i) {
-    const std::string p = fmt::format("model.layers.{}.", i);
-    w.push_back({p + "input_layernorm.weight", Shape{H}, Split::None, hh});
-    w.push_back({p + "self_attn.q_proj.weight", Shape{q, H}, Split::Rows, hq + ", " + hh});
-    w.push_back({p + "self_attn.q_proj.bias", Shape{q}, Split::Rows, hq});
-    w.push_back({p + "self_attn.k_proj.weight", Shape{kv, H}, Split::Rows, hkv + ", " + hh});
-    w.push_back({p + "self_attn.k_proj.bias", Shape{kv}, Split::Rows, hkv});
-    w.push_back({p + "self_attn.v_proj.weight", Shape{kv, H}, Split::Rows, hkv + ", " + hh});
-    w.push_back({p + "self_attn.v_proj.bias", Shape{kv}, Split::Rows, hkv});
-    w.push_back({p + "self_attn.o_proj.weight", Shape{H, q}, Split::Cols, hh + ", " + hq});
-    w.push_back({p + "post_attention_layernorm.weight", Shape{H}, Split::None, hh});
-    w.push_back({p + "mlp.gate_proj.weight", Shape{I, H}, Split::Rows, hi + ", " + hh});
-    w.push_back({p + "mlp.up_proj.weight", Shape{I, H}, Split::Rows, hi + ", " + hh});
-    w.push_back({p + "mlp.down_proj.weight", Shape{H, I}, Split::Cols, hh + ", " + hi});
+    const std::string p = n.layer(i);
+    w.push_back({p + n.attn_norm + ".weight", Shape{H}, Split::None, hh, Part::Whole});
+    linear(p + n.q, q, H, Split::Rows, hq + ", " + hh, Part::QRows, s.qkv_bias);
+    linear(p + n.k, kv, H, Split::Rows, hkv + ", " + hh, Part::KvRows, s.qkv_bias);
+    linear(p + n.v, kv, H, Split::Rows, hkv + ", " + hh, Part::KvRows, s.qkv_bias);
+    linear(p + n.o, H, q, Split::Cols, hh + ", " + hq, Part::QCols, s.out_bias);
+    w.push_back({p + n.mlp_norm + ".weight", Shape{H}, Split::None, hh, Part::Whole});
+    linear(p + n.gate, I, H, Split::Rows, hi + ", " + hh, Part::MlpRows, s.out_bias);
+    linear(p + n.up, I, H, Split::Rows, hi + ", " + hh, Part::MlpRows, s.out_bias);
+    linear(p + n.down, H, I, Split::Cols, hh + ", " + hi, Part::MlpCols, s.out_bias);
   }
-  w.push_back({"model.norm.weight", Shape{H}, Split::None, hh});
-  // Tied (model-spec §1.2): the embedding is the head and lm_head.weight, if present, is ignored.
+  w.push_back({n.final_norm + ".weight", Shape{H}, Split::None, hh, Part::Whole});
+  // Tied (model-spec §1.2): the embedding is the head and the head's tensor, if present, is ignored.
   if (!s.tied_embeddings)
-    w.push_back({"lm_head.weight", Shape{s.vocab, H}, Split::Rows,
-                 fmt::format("vocab_size {}, hidden_size {}, tie_word_embeddings false", s.vocab, H)});
+    linear(n.head, s.vocab, H, Split::Rows,
+           fmt::format("vocab_size {}, hidden_size {}, untied embeddings", s.vocab, H), Part::VocabRows, s.out_bias);
   return w;
 }
 
@@ -86,8 +93,8 @@ void load_weights(const DecoderSpec& s, const WeightSource& src, Backend& backen
   const auto expected = expected_weights(s);
   for (const auto& e : expected) {
     if (!src.has(e.name)) {
-      if (e.name == "lm_head.weight")
-        bad_input("{}: missing tensor 'lm_head.weight' (config.json says tie_word_embeddings is false)", src.root().string());
+      if (e.name == s.names.head + ".weight")
+        bad_input("{}: missing tensor '{}' (config.json says the embeddings are not tied)", src.root().string(), e.name);
       bad_input("{}: missing tensor '{}'", src.root().string(), e.name);
     }
     const WeightInfo& info = src.info(e.name);
@@ -98,13 +105,16 @@ void load_weights(const DecoderSpec& s, const WeightSource& src, Backend& backen
       bad_input("{}: tensor '{}' has shape {} but config.json ({}) implies {}", info.file.string(), e.name,
                 info.shape.str(), e.why, e.shape.str());
   }
+  if (s.shard.active() && s.out_bias)
+    bad_input("{}: tensor parallelism with biases on o_proj, the MLP and the head (include_bias) is not supported",
+              src.root().string());
   if (!s.shard.active()) {
     for (const auto& e : expected) backend.upload(e.name, src.view(e.name), e.split);
   } else {
-    for (const auto& e : expected) backend.upload(e.name, shard_of(s, e.name, src.view(e.name)), e.split);
+    for (const auto& e : expected) backend.upload(e.name, shard_of(s, e, src.view(e.name)), e.split);
     // Tied: the head is the embedding's rows of this rank's vocabulary, under the head's name.
     if (s.tied_embeddings)
-      backend.upload("lm_head.weight", narrow(src.view("model.embed_tokens.weight"), 0, s.shard.vocab), Split::Rows);
+      backend.upload(s.names.head + ".weight", narrow(src.view(s.names.embed + ".weight"), 0, s.shard.vocab), Split::Rows);
   }
   spdlog::debug("uploaded {} tensors to backend {}", expected.size(), backend.info().name);
 }

@@ -303,6 +303,45 @@ TEST(UpstreamConfig, DreamInstruct7BLayout) {
 }
 
 // ../shared's byte copies of the upstream files.
+// LLaDA-8B-Base's config.json (OLMo-derived names): read as the same quantities.
+json llada_8b_config() {
+  return json{{"activation_type", "silu"}, {"architectures", json::array({"LLaDAModelLM"})}, {"block_type", "llama"},
+              {"d_model", 4096}, {"embedding_size", 126464}, {"eos_token_id", 126081}, {"include_bias", false},
+              {"mask_token_id", 126336}, {"max_sequence_length", 4096}, {"mlp_hidden_size", 12288},
+              {"mlp_ratio", 4}, {"model_type", "llada"}, {"multi_query_attention", nullptr}, {"n_heads", 32},
+              {"n_kv_heads", 32}, {"n_layers", 32}, {"pad_token_id", 126081}, {"rms_norm_eps", 1e-5},
+              {"rope_theta", 500000.0}, {"vocab_size", 126464}, {"weight_tying", false}};
+}
+
+TEST(UpstreamConfig, Llada8BOlmoNames) {
+  const auto c = sonde::ModelConfig::parse(llada_8b_config().dump(), "llada/config.json");
+  EXPECT_EQ(c.model_type, "llada");
+  EXPECT_EQ(c.hidden_size, 4096);
+  EXPECT_EQ(c.num_hidden_layers, 32);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 32);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.intermediate_size, 12288);
+  EXPECT_EQ(c.vocab_size, 126464);
+  EXPECT_EQ(c.max_position_embeddings, 4096);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.mask_token_id, 126336);
+  // null n_kv_heads: one per query head; null mlp_hidden_size: mlp_ratio * d_model.
+  auto j = llada_8b_config();
+  j["n_kv_heads"] = nullptr;
+  j["mlp_hidden_size"] = nullptr;
+  j["weight_tying"] = true;
+  const auto d = sonde::ModelConfig::parse(j.dump(), "llada/config.json");
+  EXPECT_EQ(d.num_key_value_heads, 32);
+  EXPECT_EQ(d.intermediate_size, 4 * 4096);
+  EXPECT_TRUE(d.tie_word_embeddings);
+  j["activation_type"] = "gelu";
+  EXPECT_THAT(config_error(j), HasSubstr("field 'activation_type' is \"gelu\""));
+  j.erase("d_model");
+  j["activation_type"] = "silu";
+  EXPECT_THAT(config_error(j), HasSubstr("field 'hidden_size' is missing"));
+}
+
 TEST(UpstreamConfigShared, DreamInstruct7B) {
   expect_dream_instruct_7b(sonde::ModelConfig::load(sonde::test::shared_dir() / "fixtures/qwen2.5-tokenizer/dream"));
 }

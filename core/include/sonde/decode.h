@@ -140,6 +140,15 @@ struct DiffusionOptions {
   std::int32_t mask_id = 0;
   std::int32_t pad_id = 0;                    // fed at left-padding slots
   std::vector<std::uint64_t> seeds;           // per row; empty: 0 for every row
+  // LLaDA's generate() (loop SemiArRemasking; docs/models.md): blocks of block_length slots
+  // (0: one block of max_new_tokens), steps / blocks steps each, remasking, classifier-free
+  // guidance at cfg_scale (> 0), Gumbel-max sampling at sampling.temperature (> 0) with torch's
+  // CPU draws from each row's seed. Its own rules: block_length divides max_new_tokens, the block
+  // count divides steps, mode exact, no alg settings (alg, eps, alg_temp, top_p, top_k).
+  DiffusionLoop loop = DiffusionLoop::DreamTimesteps;
+  std::int64_t block_length = 0;
+  Remasking remasking = Remasking::LowConfidence;
+  double cfg_scale = 0;
 };
 
 // BadInput for options no loop can run: steps or max_new_tokens < 1, eps outside (0, 1), a

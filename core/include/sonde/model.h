@@ -6,6 +6,7 @@
 #include <sonde/graph.h>
 #include <sonde/plugin.h>
 #include <sonde/safetensors.h>
+#include <sonde/sampling.h>
 
 #include <cstdint>
 #include <string>
@@ -24,6 +25,7 @@ struct ModelInfo {
   bool causal = true;
   int prediction_shift = 0;      // 1 for Dream: the logits at slot p predict token p+1
   std::int64_t mask_token_id = -1;
+  DiffusionLoop diffusion_loop = DiffusionLoop::DreamTimesteps;  // masked diffusion: its published generation
   // Names the core and the app read here instead of knowing a family's (design idiom 8).
   std::string embedding_weight;         // the token embedding table: read one row per token
   // The final norm (RMSNorm weight and eps) and the unembedding [V, H]: the logit lens applies

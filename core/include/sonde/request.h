@@ -29,6 +29,11 @@ struct GenerationSettings {
   std::optional<std::int64_t> block_size, tokens_per_step;
   std::optional<std::int64_t> refresh_every;  // cached modes: a full refresh every N steps of a block
   std::optional<double> threshold;
+  // LLaDA's generate() (DiffusionLoop::SemiArRemasking): its block_length, remasking
+  // (low_confidence | random) and cfg_scale, under the names it gives them.
+  std::optional<std::int64_t> block_length;
+  std::optional<std::string> remasking;
+  std::optional<double> cfg_scale;
   std::optional<std::vector<std::string>> stop;   // autoregressive stop strings
   std::optional<std::uint64_t> seed;              // else the run's seed + the request's index
 
@@ -67,8 +72,13 @@ std::int64_t resolve_max_new_tokens(const GenerationSettings& s, const ModelConf
 // Greedy unless a temperature > 0 or generation_config's do_sample says otherwise. Stop strings
 // need the tokenizer (BadInput without one); `tok` must outlive the options.
 ArOptions resolve_autoregressive(const GenerationSettings& s, const ModelConfig& cfg, const Tokenizer* tok);
-// Dream's defaults: steps = max_new_tokens, alg entropy, eps 1e-3, temperature 0.
-DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg);
+// Dream's defaults: steps = max_new_tokens, alg entropy, eps 1e-3, temperature 0. With `loop`
+// SemiArRemasking (the model's ModelInfo::diffusion_loop) LLaDA's generate() instead: steps =
+// max_new_tokens, one block, low_confidence, cfg_scale 0, temperature 0; BadInput for a setting of
+// the other loop (alg, eps, alg_temp, top_p, top_k, diffusion_mode, block_size, threshold,
+// tokens_per_step) and for LLaDA's with Dream's loop.
+DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg,
+                                   DiffusionLoop loop = DiffusionLoop::DreamTimesteps);
 
 // A completion's text, or nullopt without a tokenizer: cut before the first of the model's end
 // tokens (Dream: model-spec §3.5), and an autoregressive one before its first stop string.

@@ -4,6 +4,7 @@
 // generator. Pure functions on spans: no model, no state, unit-testable alone.
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,22 @@ namespace sonde {
 // on the backend or on the order of calls. splitmix64 finalisers chained over the four words.
 enum class RngStream : std::uint64_t { Token = 1, Reveal = 2, Position = 3, ScoreRatio = 4, ScoreMask = 5 };
 double counter_uniform(std::uint64_t seed, std::uint64_t step, std::uint64_t slot, RngStream stream);
+
+// torch's CPU generator, so that a seeded run reproduces the published PyTorch code's draws
+// (LLaDA's generate: torch.manual_seed(seed), then torch.rand / rand_like): ATen's mt19937 is the
+// standard one seeded with the seed's low 32 bits; a float32 draw is (w & (2^24 - 1)) * 2^-24 of
+// one word w, a float64 draw (((hi << 32) | lo) & (2^53 - 1)) * 2^-53 of two words hi, lo
+// (uniform_real_distribution over [0, 1), element by element in row-major order).
+class TorchCpuRandom {
+ public:
+  explicit TorchCpuRandom(std::uint64_t seed) : mt_(static_cast<std::uint32_t>(seed & 0xffffffffu)) {}
+  float rand_f32();
+  double rand_f64();
+  void skip_f64(std::uint64_t n) { mt_.discard(2 * n); }  // n float64 draws, unread
+
+ private:
+  std::mt19937 mt_;
+};
 
 // ---- shared helpers ----------------------------------------------------------------------
 // First index of the maximum (torch.argmax returns the first occurrence, model-spec §0.15).
@@ -51,6 +68,18 @@ std::int32_t choose_next_token(std::span<float> logits, const SamplingParams& p,
 // ConfidenceThreshold (Fast-dLLM) ranks by p[token] as MaskgitPlus does, but commits every slot
 // at or above a threshold instead of following the step schedule (decode.h).
 enum class DiffusionAlg { Origin, MaskgitPlus, TopkMargin, Entropy, ConfidenceThreshold };
+
+// The published generation of a masked-diffusion family (ModelInfo::diffusion_loop), which core's
+// diffusion loops implement (decode.h): Dream's diffusion_generate (timestep schedule, alg, logits
+// shifted by one slot), or LLaDA's generate() (semi-autoregressive blocks of block_length, steps
+// split over them, low_confidence or random remasking, classifier-free guidance, Gumbel-max
+// sampling at a temperature, no shift).
+enum class DiffusionLoop { DreamTimesteps, SemiArRemasking };
+// LLaDA's remasking: the committed slots are the most confident (p of the chosen token) or the
+// ones with the highest uniform draw. "low_confidence", "random"; BadInput naming the value otherwise.
+enum class Remasking { LowConfidence, Random };
+Remasking parse_remasking(std::string_view name);
+std::string_view remasking_name(Remasking r);
 // "origin", "maskgit_plus", "topk_margin", "entropy", "confidence_threshold"; BadInput naming the
 // value otherwise.
 DiffusionAlg parse_diffusion_alg(std::string_view name);
