@@ -13,7 +13,8 @@ inline void madd_bf16_dp(__m512& acc, __m512i x, __m512i w) {
 
 void gemm_bf16_dp(const std::uint16_t* x, i64 M, i64 ldx, const std::uint16_t* W, i64 K, i64 n0, i64 n1, float* y,
                   i64 ldy) {
-  lowp_bf16<4, 6>(x, M, ldx, W, K, n0, n1, y, ldy, madd_bf16_dp);
+  // A lambda, not the function's pointer: the call must inline into the tile's loop.
+  lowp_bf16<4, 6>(x, M, ldx, W, K, n0, n1, y, ldy, [](__m512& a, __m512i xv, __m512i wv) { madd_bf16_dp(a, xv, wv); });
 }
 
 }  // namespace

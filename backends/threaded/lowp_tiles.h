@@ -47,26 +47,49 @@ template <int MT, int RT, typename F> void lowp_drive(i64 M, i64 n0, i64 n1, i64
   }
 }
 
+// Madd, Prep and Dot are lambdas (function pointers would not inline into the loops).
+// One bf16 tile: x rows xr[0..mt), W rows wr[0..rt), K elements; the full steps unmasked, the
+// last one's W masked (x is zero-padded). Row pointers are local so the loop keeps its
+// accumulators and addresses in registers.
+template <int mt, int rt, typename Madd>
+inline void lowp_bf16_tile(const std::uint16_t* const* xr, const std::uint16_t* const* wr, i64 K, float* y, i64 ldy,
+                           Madd madd) {
+  __m512 acc[mt][rt];
+  for (int i = 0; i < mt; ++i)
+    for (int j = 0; j < rt; ++j) acc[i][j] = _mm512_setzero_ps();
+  i64 k = 0;
+  for (; k + 32 <= K; k += 32) {
+    __m512i xv[mt];
+    for (int i = 0; i < mt; ++i) xv[i] = _mm512_loadu_si512(xr[i] + k);
+    for (int j = 0; j < rt; ++j) {
+      const __m512i wv = _mm512_loadu_si512(wr[j] + k);
+      for (int i = 0; i < mt; ++i) madd(acc[i][j], xv[i], wv);
+    }
+  }
+  if (k < K) {
+    const __mmask32 wmask = (__mmask32(1) << (K - k)) - 1;
+    __m512i xv[mt];
+    for (int i = 0; i < mt; ++i) xv[i] = _mm512_loadu_si512(xr[i] + k);
+    for (int j = 0; j < rt; ++j) {
+      const __m512i wv = _mm512_maskz_loadu_epi16(wmask, wr[j] + k);
+      for (int i = 0; i < mt; ++i) madd(acc[i][j], xv[i], wv);
+    }
+  }
+  for (int i = 0; i < mt; ++i)
+    for (int j = 0; j < rt; ++j) y[i * ldy + j] = lowp_reduce16(acc[i][j]);
+}
+
 // bf16 tiles: Madd(acc, x, w) adds one step's 32 products to the 16 lanes in lowp.h's order.
 // x rows are zero-padded to a multiple of 32 (full loads); the last W step is masked.
 template <int MT, int RT, typename Madd>
 void lowp_bf16(const std::uint16_t* x, i64 M, i64 ldx, const std::uint16_t* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy,
                Madd madd) {
   lowp_drive<MT, RT>(M, n0, n1, 2 * K, [&]<int mt, int rt>(i64 m, i64 r) {
-    __m512 acc[mt][rt];
-    for (int i = 0; i < mt; ++i)
-      for (int j = 0; j < rt; ++j) acc[i][j] = _mm512_setzero_ps();
-    for (i64 k = 0; k < K; k += 32) {
-      const __mmask32 wmask = K - k >= 32 ? ~__mmask32(0) : (__mmask32(1) << (K - k)) - 1;
-      __m512i xv[mt];
-      for (int i = 0; i < mt; ++i) xv[i] = _mm512_loadu_si512(x + (m + i) * ldx + k);
-      for (int j = 0; j < rt; ++j) {
-        const __m512i wv = _mm512_maskz_loadu_epi16(wmask, W + (r + j) * K + k);
-        for (int i = 0; i < mt; ++i) madd(acc[i][j], xv[i], wv);
-      }
-    }
-    for (int i = 0; i < mt; ++i)
-      for (int j = 0; j < rt; ++j) y[(m + i) * ldy + r + j] = lowp_reduce16(acc[i][j]);
+    const std::uint16_t* xr[mt];
+    const std::uint16_t* wr[rt];
+    for (int i = 0; i < mt; ++i) xr[i] = x + (m + i) * ldx;
+    for (int j = 0; j < rt; ++j) wr[j] = W + (r + j) * K;
+    lowp_bf16_tile<mt, rt>(xr, wr, K, y + m * ldy + r, ldy, madd);
   });
 }
 

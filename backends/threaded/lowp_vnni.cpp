@@ -21,7 +21,8 @@ inline __m512i vnni_dot(__m512i x, __m512i w, __m512i correction) {
 
 void gemm_i8_vnni(const std::int8_t* xq, const float* xs, i64 M, i64 ldq, i64 lds, const unsigned char* W, i64 K,
                   i64 n0, i64 n1, float* y, i64 ldy) {
-  lowp_i8<4, 3>(xq, xs, M, ldq, lds, W, K, n0, n1, y, ldy, vnni_correction, vnni_dot);
+  lowp_i8<4, 3>(xq, xs, M, ldq, lds, W, K, n0, n1, y, ldy, [](__m512i wv) { return vnni_correction(wv); },
+                [](__m512i xv, __m512i wv, __m512i c) { return vnni_dot(xv, wv, c); });
 }
 
 }  // namespace
