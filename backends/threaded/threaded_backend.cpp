@@ -196,14 +196,17 @@ TensorView ThreadedBackend::weight(const std::string& name) const {
   return it->second;
 }
 
-// Under q8 a Linear reads the q8 blocks (scales and int8 values), not the source view.
+// Under q8 a Linear reads the q8 blocks (scales and int8 values), not the source view; under
+// --compute bf16 an f32/f16 weight's Linear reads its bf16 copy.
 std::vector<std::span<const std::byte>> ThreadedBackend::weight_storage(const std::string& name) const {
   const TensorView v = weight(name);
   const Q8Weight* q = q8_for(v);
-  if (!q) return Backend::weight_storage(name);
-  return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(q->data.data()), q->bytes())};
+  if (q) return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(q->data.data()), q->bytes())};
+  // --compute bf16 on f32/f16 weights: the Linear reads the rounded bf16 copy.
+  if (auto it = rounded_.find(v.data); it != rounded_.end())
+    return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(it->second.data()), it->second.size() * 2)};
+  return Backend::weight_storage(name);
 }
-
 
 // The copies made at upload; a weight without one (not uploaded, e.g. an op test's activation
 // as W) is rounded or quantised for this call alone.
