@@ -15,6 +15,9 @@
 // Then y = ((a_i + a_{i+8}) for i < 8, pairs (i, i+4), pairs (i, i+2), the last two) added as a
 // tree in that order; the bias is added afterwards by the caller. So an output depends on K
 // alone, never on M, on the W rows or on the split into tasks: each mode is batch-invariant.
+// The exception is AMX (lowp_amx.cpp): TDPBF16PS sums each output in one chain in its own order,
+// so its bf16 outputs equal the others' to f32 rounding, not bit for bit; it is still
+// batch-invariant (every row goes through the same tile operations whatever M is).
 #include <cstdint>
 
 namespace sonde::threaded {
@@ -30,6 +33,11 @@ struct LowpKernels {
   // of kernels.h (row n at W + n * q8_row_bytes(K)).
   void (*gemm_i8)(const std::int8_t* xq, const float* xs, std::int64_t M, std::int64_t ldq, std::int64_t lds,
                   const unsigned char* W, std::int64_t K, std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
+  // Non-null (AMX): gemm_bf16 reads W in this table's packed layout, made once per weight by
+  // pack_bf16 into bf16_packed_elems(N, K) elements; x rows are zero-padded to a multiple of 16
+  // rows too, and n0 is a multiple of 32.
+  std::int64_t (*bf16_packed_elems)(std::int64_t N, std::int64_t K) = nullptr;
+  void (*pack_bf16)(const std::uint16_t* W, std::int64_t N, std::int64_t K, std::uint16_t* out) = nullptr;
 };
 
 // The tables (null entries: a mode that ISA does not speed up).
@@ -37,5 +45,6 @@ const LowpKernels& lowp_scalar();     // portable C++, both modes
 const LowpKernels& lowp_avx512();     // AVX-512 F/BW/VL/DQ + FMA: both modes emulated lane by lane
 const LowpKernels& lowp_avx512bf16(); // + AVX512_BF16: bf16 with VDPBF16PS
 const LowpKernels& lowp_vnni();       // + AVX512_VNNI: int8 with VPDPBUSD
+const LowpKernels& lowp_amx();        // AMX-BF16 tiles: bf16 with TDPBF16PS (its own order, below)
 
 }  // namespace sonde::threaded

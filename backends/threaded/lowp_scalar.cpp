@@ -74,7 +74,7 @@ void gemm_i8_scalar(const std::int8_t* xq, const float* xs, i64 M, i64 ldq, i64 
 }  // namespace
 
 const LowpKernels& lowp_scalar() {
-  static const LowpKernels k{"scalar", gemm_bf16_scalar, gemm_i8_scalar};
+  static const LowpKernels k{"scalar", gemm_bf16_scalar, gemm_i8_scalar, nullptr, nullptr};
   return k;
 }
 

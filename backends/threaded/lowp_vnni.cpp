@@ -28,7 +28,7 @@ void gemm_i8_vnni(const std::int8_t* xq, const float* xs, i64 M, i64 ldq, i64 ld
 }  // namespace
 
 const LowpKernels& lowp_vnni() {
-  static const LowpKernels k{"avx512vnni", nullptr, gemm_i8_vnni};
+  static const LowpKernels k{"avx512vnni", nullptr, gemm_i8_vnni, nullptr, nullptr};
   return k;
 }
 

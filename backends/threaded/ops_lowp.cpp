@@ -14,12 +14,13 @@ namespace sonde::threaded {
 
 namespace {
 
-constexpr std::int64_t kLowpMinRows = 16;  // W rows per task at least
+constexpr std::int64_t kLowpMinRows = 32;  // W rows per task at least
 
-// Tasks of W rows: about 4 per thread, at least kLowpMinRows rows (a multiple of 8).
+// Tasks of W rows: about 4 per thread, at least kLowpMinRows rows, a multiple of 32 (AMX's
+// packed blocks).
 void for_w_rows(ThreadPool& pool, std::int64_t N, const std::function<void(std::int64_t, std::int64_t)>& fn) {
   const std::int64_t want = 4 * static_cast<std::int64_t>(pool.size());
-  const std::int64_t rows = std::max(kLowpMinRows, ((N + want - 1) / want + 7) / 8 * 8);
+  const std::int64_t rows = std::max(kLowpMinRows, ((N + want - 1) / want + 31) / 32 * 32);
   for_chunks(pool, N, rows, fn);
 }
 
@@ -57,9 +58,10 @@ void linear_lowp(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& 
   const bool int8 = w.q8 || !w.own_q8.data.empty();
   if (!int8) {
     const std::uint16_t* wb = w.bf16 ? w.bf16 : w.own_bf16.data();
-    // x rows as bf16 bits, zero from K to a multiple of 32 (the kernels load whole steps).
+    // x rows as bf16 bits, zero from K to a multiple of 32 (the kernels load whole steps) and
+    // from M to a multiple of 16 rows (AMX loads whole tiles).
     const std::int64_t ldx = (d.K + 31) / 32 * 32;
-    s.bf16.assign(static_cast<std::size_t>(d.M * ldx), 0);
+    s.bf16.assign(static_cast<std::size_t>((d.M + 15) / 16 * 16 * ldx), 0);
     for_chunks(c.pool, d.M, 8, [&](std::int64_t m0, std::int64_t m1) {
       for (std::int64_t m = m0; m < m1; ++m)
         for (std::int64_t k = 0; k < d.K; ++k)

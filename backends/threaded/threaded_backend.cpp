@@ -170,6 +170,22 @@ std::vector<std::uint16_t> rounded_to_bf16(const TensorView& w, ThreadPool& pool
   });
   return r;
 }
+
+// --compute bf16: a 2-D weight as the mode's kernels read it: f32/f16 rounded to bf16, and packed
+// when the kernels take their own layout (AMX; 32-row blocks, packed in parallel). Empty: a bf16
+// weight the kernels read in place.
+std::vector<std::uint16_t> bf16_for_kernels(const TensorView& w, ThreadPool& pool, const LowpKernels& k) {
+  std::vector<std::uint16_t> r;
+  if (w.dtype != DType::bf16) r = rounded_to_bf16(w, pool);
+  if (!k.pack_bf16) return r;
+  const auto* src = w.dtype == DType::bf16 ? static_cast<const std::uint16_t*>(w.data) : r.data();
+  const std::int64_t N = w.shape[0], K = w.shape[1], per_block = k.bf16_packed_elems(32, K);
+  std::vector<std::uint16_t> p(static_cast<std::size_t>(k.bf16_packed_elems(N, K)));
+  for_chunks(pool, (N + 31) / 32, 16, [&](std::int64_t b0, std::int64_t b1) {
+    k.pack_bf16(src + b0 * 32 * K, std::min(N, b1 * 32) - b0 * 32, K, p.data() + b0 * per_block);
+  });
+  return p;
+}
 }  // namespace
 
 // Keeps the view (zero copy). In q8 mode a 2-D float weight is also quantised (the Linear
@@ -184,9 +200,9 @@ TensorView ThreadedBackend::upload(const std::string& name, const TensorView& sr
   weights_[name] = src;
   if (q8_ && src.shape.rank == 2 && ops::is_float16_32(src.dtype) && src.contiguous() && src.shape[1] > 0)
     quantised_[src.data] = quantize_weight(src, *pool_);
-  if (compute_ == Compute::bf16 && src.shape.rank == 2 && (src.dtype == DType::f32 || src.dtype == DType::f16) &&
-      src.contiguous())
-    rounded_[src.data] = rounded_to_bf16(src, *pool_);
+  if (compute_ == Compute::bf16 && src.shape.rank == 2 && ops::is_float16_32(src.dtype) && src.contiguous() &&
+      src.shape[1] > 0 && (src.dtype != DType::bf16 || lowp_->pack_bf16))
+    rounded_[src.data] = bf16_for_kernels(src, *pool_, *lowp_);
   return src;
 }
 
@@ -202,7 +218,7 @@ std::vector<std::span<const std::byte>> ThreadedBackend::weight_storage(const st
   const TensorView v = weight(name);
   const Q8Weight* q = q8_for(v);
   if (q) return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(q->data.data()), q->bytes())};
-  // --compute bf16 on f32/f16 weights: the Linear reads the rounded bf16 copy.
+  // --compute bf16 on f32/f16 weights (or packed for AMX): the Linear reads the bf16 copy.
   if (auto it = rounded_.find(v.data); it != rounded_.end())
     return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(it->second.data()), it->second.size() * 2)};
   return Backend::weight_storage(name);
@@ -215,12 +231,12 @@ LowpWeight ThreadedBackend::lowp_weight(const Node&, const TensorView& w) const 
   if (compute_ == Compute::int8) {
     out.q8 = q8_for(w);
     if (!out.q8) out.own_q8 = quantize_weight(w, *pool_);
-  } else if (w.dtype == DType::bf16) {
-    out.bf16 = static_cast<const std::uint16_t*>(w.data);
-  } else if (auto it = rounded_.find(w.data); it != rounded_.end() && static_cast<std::int64_t>(it->second.size()) == w.numel()) {
+  } else if (auto it = rounded_.find(w.data); it != rounded_.end()) {
     out.bf16 = it->second.data();
+  } else if (w.dtype == DType::bf16 && !lowp_->pack_bf16) {
+    out.bf16 = static_cast<const std::uint16_t*>(w.data);
   } else {
-    out.own_bf16 = rounded_to_bf16(w, *pool_);
+    out.own_bf16 = bf16_for_kernels(w, *pool_, *lowp_);
   }
   return out;
 }

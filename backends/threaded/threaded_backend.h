@@ -59,7 +59,8 @@ class ThreadedBackend final : public Backend {
   std::map<std::string, TensorView> weights_;
   // q8 mode: quantised 2-D weights, found by their source view's data pointer when a Linear runs.
   std::map<const void*, Q8Weight> quantised_;
-  // bf16 mode: f32/f16 2-D weights rounded to bf16 once (bf16 weights are read in place).
+  // bf16 mode: 2-D weights as the kernels read them, made once: f32/f16 rounded to bf16 (bf16
+  // weights read in place), and packed for AMX's tiles when those kernels run.
   std::map<const void*, std::vector<std::uint16_t>> rounded_;
   // Decode runs the same Linear weights in the same order every step, with serial work (norms,
   // attention, the executor) between them that leaves the memory bus idle. The weight that

@@ -1,7 +1,8 @@
 // --compute bf16 and int8 (<sonde/compute.h>, issue 28): the reference backend's emulation
 // against values worked out by hand; the threaded backend's kernels of each mode (lowp.h), forced
 // one by one through SONDE_THREADED_LOWP, against the reference and bit for bit against the
-// portable scalar kernel (the mode's result must not depend on the instruction set); each mode's
+// portable scalar kernel (the mode's result must not depend on the instruction set; AMX, whose
+// order is its own, is held to the reference only); each mode's
 // batch invariance; and the option's errors. A kernel whose instruction this CPU lacks is skipped
 // with the reason.
 #include "op_harness.h"
@@ -147,6 +148,8 @@ void check_bits_against_scalar(const Mode& mode, const std::string& kernels) {
 TEST(ThreadedCompute, Bf16ScalarKernelMatchesReference) { check_against_reference(kBf16, "scalar"); }
 TEST(ThreadedCompute, Bf16Avx512EmulationMatchesReference) { check_against_reference(kBf16, "avx512"); }
 TEST(ThreadedCompute, Bf16Avx512Bf16KernelMatchesReference) { check_against_reference(kBf16, "avx512bf16"); }
+// AMX sums each output in TDPBF16PS's own order: held to the reference, not to the scalar bits.
+TEST(ThreadedCompute, Bf16AmxKernelMatchesReference) { check_against_reference(kBf16, "amx"); }
 TEST(ThreadedCompute, Int8ScalarKernelMatchesReference) { check_against_reference(kInt8, "scalar"); }
 TEST(ThreadedCompute, Int8Avx512EmulationMatchesReference) { check_against_reference(kInt8, "avx512"); }
 TEST(ThreadedCompute, Int8VnniKernelMatchesReference) { check_against_reference(kInt8, "avx512vnni"); }
@@ -156,8 +159,8 @@ TEST(ThreadedCompute, Bf16Avx512Bf16KernelIsTheScalarKernelBitForBit) { check_bi
 TEST(ThreadedCompute, Int8Avx512EmulationIsTheScalarKernelBitForBit) { check_bits_against_scalar(kInt8, "avx512"); }
 TEST(ThreadedCompute, Int8VnniKernelIsTheScalarKernelBitForBit) { check_bits_against_scalar(kInt8, "avx512vnni"); }
 
-// Batch invariance within each mode (the best kernels here): every row of M rows, on 1 to 3
-// threads, bit-identical to the row alone on one thread.
+// Batch invariance within each mode (the best kernels here, AMX for bf16 where the CPU has it):
+// every row of M rows, on 1 to 3 threads, bit-identical to the row alone on one thread.
 TEST(ThreadedCompute, EachModeIsBatchInvariant) {
   const std::int64_t row_counts[] = {1, 2, 3, 4, 5, 7, 9, 40}, Mmax = 40;
   const Shape3 shapes[] = {{Mmax, 300, 203}, {Mmax, 64, 2048}};
