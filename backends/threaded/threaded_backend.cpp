@@ -138,7 +138,11 @@ void ThreadedBackend::init(const BackendOptions& options) {
   if (*compute == Compute::int8 && !q8_) runtime_error("backend threaded: compute int8 needs weights q8");
   if (*compute == Compute::bf16 && q8_) runtime_error("backend threaded: compute bf16 does not take weights q8");
   compute_ = *compute;
+  const LowpKernels* before = lowp_;
   lowp_ = select_lowp(compute_, env("SONDE_THREADED_LOWP"));
+  // Copies made for other kernels (another layout) must not be read by these: a weight uploaded
+  // before is then rounded or packed per call until it is uploaded again.
+  if (lowp_ != before) rounded_.clear();
   const std::string mode = env("SONDE_THREADED_LINEAR");
   if (!parse_linear_mode(mode, linear_mode_))
     runtime_error("backend threaded: SONDE_THREADED_LINEAR='{}' is not one of auto, gemv, gemm", mode);
