@@ -5,12 +5,15 @@
 //
 // Usage: gemm_bench [--threads N] [--repeat N] [--backends a,b] [--plugin-dir DIR]
 //                   [--shapes MxKxN,...] [--weights f32,bf16] [--linear auto,gemv,gemm] [--no-sgemm]
+//                   [--compute f32,bf16,int8]
 //                   [--bandwidth-only] [--json]
 // Shapes are M x K x N: x[M,K] times W[N,K]^T (nn.Linear layout), 2*M*K*N flops. One-row
 // (decode) shapes run with cold caches, so their weights come from memory as in a real decode.
 // --linear: the threaded backend once per SONDE_THREADED_LINEAR value, as rows "threaded:gemv"
 // etc., taking turns on every shape (the dispatch's choice against both paths in one run, so a
 // host's load shifts them alike). --no-sgemm: no OpenBLAS baseline (ratios are then 0).
+// --compute: the threaded backend once per --compute mode, rows "threaded:bf16" etc. (int8 with
+// its q8 weights), taking turns on every shape likewise.
 #include <sonde/backend.h>
 #include <sonde/dtype.h>
 #include <sonde/error.h>
@@ -59,6 +62,7 @@ struct Options {
   std::string plugin_dir;
   bool bandwidth_only = false, json = false, sgemm = true;
   std::vector<std::string> linear;  // SONDE_THREADED_LINEAR values; empty: the environment's
+  std::vector<std::string> compute;  // threaded --compute modes; empty: f32 only
   std::vector<DType> weights{DType::f32, DType::bf16};
   std::vector<GemmShape> shapes;  // empty: kShapes
 };
@@ -218,6 +222,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--bandwidth-only") o.bandwidth_only = true;
     else if (a == "--no-sgemm") o.sgemm = false;
     else if (a == "--linear") o.linear = split(value());
+    else if (a == "--compute") o.compute = split(value());
     else if (a == "--weights") {
       o.weights.clear();
       for (const auto& w : split(value())) {
@@ -272,6 +277,17 @@ int main(int argc, char** argv) try {
   reg.scan(sonde::PluginRegistry::search_path(o.plugin_dir));
   std::vector<std::pair<std::string, std::shared_ptr<sonde::Backend>>> backends;
   for (const auto& name : backend_names(o)) {
+    if (name == "threaded" && !o.compute.empty()) {
+      for (const auto& c : o.compute) {
+        sonde::BackendOptions bo{o.threads};
+        bo.compute = c;
+        bo.weights = c == "int8" ? "q8" : "native";
+        auto b = reg.backend(name);
+        b->init(bo);
+        backends.emplace_back(name + ":" + c, b);
+      }
+      continue;
+    }
     if (name == "threaded" && !o.linear.empty()) {
       for (const auto& mode : o.linear) {
         ::setenv("SONDE_THREADED_LINEAR", mode.c_str(), 1);  // read by init

@@ -24,6 +24,10 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
       ("threads", po::value(&o.threads)->default_value(0), "compute threads (0: all cores)")
       ("weights", po::value(&o.weights)->default_value("native"),
        "Linear weights: native (as stored) or q8 (int8 blocks, threaded backend; others ignore it)")
+      ("compute", po::value(&o.compute)->default_value("f32"),
+       "Linear compute precision: f32 (exact), bf16 (activations rounded to bf16, bf16 products summed in f32) or "
+       "int8 (with --weights q8: activations quantised to int8 per block of 32, integer products); recorded in "
+       "every output file")
       ("plugin-dir", po::value(&o.plugin_dir), "look for plugins here first")
       ("tensor-parallel", po::value(&o.tensor_parallel)->default_value(0),
        "--backend sharded under mpiexec: ranks per model copy (0: every rank for forward, generate and bench; 1 "
@@ -65,7 +69,8 @@ std::unique_ptr<Session> open_session(const CommonOptions& o) {
   std::unique_ptr<Session> s;
   try {
     s = Session::open(
-        SessionOptions{o.model, o.backend, o.threads, o.plugin_dir, o.weights, o.shard_backend, o.tensor_parallel});
+        SessionOptions{o.model, o.backend, o.threads, o.plugin_dir, o.weights, o.shard_backend, o.tensor_parallel,
+                       o.compute});
   } catch (...) {
     // Met while opening (a bad layout, a model that cannot be split so): every rank of the job
     // meets it, and the job must end as a whole (main.cpp) with one line.

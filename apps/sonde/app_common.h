@@ -19,6 +19,7 @@ struct CommonOptions {
   std::string weights = "native";
   std::string shard_backend = "threaded";  // --backend sharded: the local backend of each rank
   int tensor_parallel = 0;                 // ranks per model copy; 0: the command's default
+  std::string compute = "f32";             // --compute: the Linear ops' precision (<sonde/compute.h>)
 };
 
 // The job this process is a rank of (set when a session opens on a multi-process backend): an

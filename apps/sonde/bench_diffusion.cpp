@@ -93,7 +93,7 @@ int bench_diffusion_modes(Session& s, const std::vector<std::vector<std::int32_t
   if (o.json) {
     nlohmann::ordered_json j{{"mode", "diffusion"}, {"tokens", o.tokens}, {"prompt_tokens", prompts.front().size()},
                              {"batch", prompts.size()}, {"block_size", o.block_size}, {"backend", s.backend().info().name},
-                             {"threads", s.backend().info().threads}, {"repeat", o.repeat}, {"runs", out}};
+                             {"compute", s.compute()}, {"threads", s.backend().info().threads}, {"repeat", o.repeat}, {"runs", out}};
     std::cout << j.dump() << "\n";
     return 0;
   }

@@ -491,7 +491,7 @@ int bench_serve(Session& s, const ServeBenchOptions& o, const PromptIds& ids) {
   const double reference = top["reference_s"].get<double>();
   const auto info = s.backend().info();
   ordered_json j{{"mode", "serve"}, {"arch", s.info().arch}, {"backend", info.name}, {"threads", info.threads},
-                 {"seed", o.seed}, {"think_s", o.think}, {"prompt_range", {o.prompt_min, o.prompt_max}},
+                 {"compute", s.compute()}, {"seed", o.seed}, {"think_s", o.think}, {"prompt_range", {o.prompt_min, o.prompt_max}},
                  {"gen_range", {o.gen_min, o.gen_max}}, {"prefill_chunk", o.prefill_chunk},
                  {"reference_prompt", o.reference_prompt}, {"reference_s", reference}, {"load_average", {load_before, load_average()}}, {"levels", levels}};
   j["targets"] = {{"clients", top["clients"]}, {"tokens_per_s_vs_one_at_a_time", x}, {"throughput_met", x >= 3.0},

@@ -234,6 +234,7 @@ nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<Run
   }
   j["arch"] = s.info().arch;
   j["weights"] = o.common.weights;
+  j["compute"] = s.compute();
   j["weight_bytes"] = s.weights().total_bytes();
   j["backend_weight_bytes"] = backend_weight_bytes(s);
   j["isa"] = host::widest_isa();

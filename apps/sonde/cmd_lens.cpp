@@ -67,7 +67,7 @@ void write_h5(const std::string& path, bool overwrite, const LensResult& r, cons
   so.overwrite = overwrite;
   RunMetadata meta;
   meta.strings = {{"model_arch", s.info().arch}, {"model_path", s.model_dir().string()}, {"config_json", s.config().raw_json},
-                  {"backend", s.backend_name()}, {"kind", "logit_lens"}};
+                  {"backend", s.backend_name()}, {"compute", s.compute()}, {"kind", "logit_lens"}};
   sink->open(so, meta, {});
   sink->write_array("/input_ids", TensorView(const_cast<std::int32_t*>(ids.data()), DType::i32, Shape{T}));
   sink->write_array("/lens/top_ids", top_ids.view());
@@ -111,7 +111,7 @@ int diffusion_lens(Session& s, const std::vector<std::int32_t>& ids, std::int64_
     so.overwrite = overwrite;
     RunMetadata meta;
     meta.strings = {{"model_arch", s.info().arch}, {"config_json", s.config().raw_json}, {"backend", s.backend_name()},
-                    {"kind", "logit_lens_diffusion"}};
+                    {"compute", s.compute()}, {"kind", "logit_lens_diffusion"}};
     sink->open(so, meta, {});
     std::vector<std::int32_t> seq = d.sequence;
     sink->write_array("/sequence", TensorView(seq.data(), DType::i32, Shape{N}));

@@ -97,7 +97,7 @@ std::shared_ptr<Sink> open_score_sink(const Session& s, const std::string& out, 
   meta.strings = {{"model_arch", s.info().arch}, {"model_path", std::filesystem::absolute(s.model_dir()).string()},
                   {"config_json", s.config().raw_json}, {"run_config_json", run_config},
                   {"run_config_sha256", sha256_hex(run_config.data(), run_config.size())}, {"backend", s.backend_name()},
-                  {"compute_dtype", "f32"}, {"storage_dtype", "f32"}};
+                  {"compute_dtype", "f32"}, {"compute", s.compute()}, {"storage_dtype", "f32"}};
   meta.ints = {{"prediction_shift", s.info().prediction_shift}};
   sink->open(so, meta, hooks);
   return sink;

@@ -14,8 +14,11 @@ bool is_f32(DType t) { return t == DType::f32; }
 }  // namespace
 
 // One owner of threads (design §8.10): only OpenBLAS's pool runs in parallel here.
+// --compute bf16/int8: this backend's Linear is f32 sgemm only, so it declines Linear nodes and the
+// executor runs them on the reference backend in that mode (slowly, and says so).
 void CpuBlasBackend::init(const BackendOptions& options) {
   if (options.threads > 0) openblas_set_num_threads(options.threads);
+  exact_linear_ = options.compute == "f32";
 }
 
 BackendInfo CpuBlasBackend::info() const {
@@ -23,6 +26,7 @@ BackendInfo CpuBlasBackend::info() const {
 }
 
 bool CpuBlasBackend::supports(const Node& node, std::span<const DType> input_dtypes) const {
+  if (node.op == OpKind::Linear && !exact_linear_) return false;
   return ops::supports_with(node, input_dtypes, &is_f32);
 }
 

@@ -20,6 +20,7 @@ class CpuBlasBackend final : public Backend {
  private:
   std::map<std::string, TensorView> weights_;  // what weight() returns
   std::map<std::string, Tensor> converted_;    // owners of the widened copies
+  bool exact_linear_ = true;                   // --compute f32 (other modes: Linear on reference)
 };
 
 }  // namespace sonde::cpu_blas

@@ -1,13 +1,16 @@
 #pragma once
 // Reference kernels: one function per op, inputs dense and already validated by <sonde/op_checks.h>.
 // Float inputs of any width are read as double (load_as_double); results are rounded to f32.
+#include <sonde/compute.h>
 #include <sonde/op_checks.h>
 
 namespace sonde::reference {
 
 void embedding(const Node& n, ops::Inputs in, const TensorView& out);
 void rms_norm(const Node& n, ops::Inputs in, const TensorView& out);
-void linear(const Node& n, ops::Inputs in, const TensorView& out);
+// In the compute mode c (<sonde/compute.h>): f32 exact; bf16 and int8 as that header defines
+// them, each block's or product's value exact and the sum in double.
+void linear(const Node& n, ops::Inputs in, const TensorView& out, Compute c = Compute::f32);
 void reshape(const Node& n, ops::Inputs in, const TensorView& out);
 void rope(const Node& n, ops::Inputs in, const TensorView& out);
 void attention(const Node& n, ops::Inputs in, const TensorView& out);

@@ -1,6 +1,7 @@
 // Row-wise and elementwise reference kernels.
 #include "kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -34,12 +35,78 @@ void rms_norm(const Node& n, ops::Inputs in, const TensorView& out) {
   }
 }
 
+namespace {
+// Row r of a [rows, K] float view as f32 (x and W are f32 to the modes; bf16/f16 widen exactly).
+std::vector<float> row_f32(const TensorView& v, std::int64_t r, std::int64_t K) {
+  std::vector<float> row(static_cast<std::size_t>(K));
+  for (std::int64_t k = 0; k < K; ++k) row[static_cast<std::size_t>(k)] = static_cast<float>(at(v, r * K + k));
+  return row;
+}
+
+// bf16 mode: y = b + sum_k bf16(x) bf16(W), each product exact, summed in double.
+void linear_bf16(const ops::LinearDims& d, ops::Inputs in, float* y) {
+  std::vector<std::vector<float>> w(static_cast<std::size_t>(d.N));
+  for (std::int64_t o = 0; o < d.N; ++o) {
+    w[static_cast<std::size_t>(o)] = row_f32(in[1], o, d.K);
+    for (float& v : w[static_cast<std::size_t>(o)]) v = compute_bf16(v);
+  }
+  for (std::int64_t m = 0; m < d.M; ++m) {
+    std::vector<float> x = row_f32(in[0], m, d.K);
+    for (float& v : x) v = compute_bf16(v);
+    for (std::int64_t o = 0; o < d.N; ++o) {
+      double acc = d.bias ? at(in[2], o) : 0.0;
+      const auto& wr = w[static_cast<std::size_t>(o)];
+      for (std::int64_t k = 0; k < d.K; ++k) acc += static_cast<double>(x[static_cast<std::size_t>(k)]) * wr[static_cast<std::size_t>(k)];
+      y[m * d.N + o] = static_cast<float>(acc);
+    }
+  }
+}
+
+// A row as int8 blocks of kComputeBlock (zero past K) and their scales.
+struct Int8Row {
+  std::vector<std::int8_t> q;
+  std::vector<float> s;
+};
+Int8Row quantise_row(const std::vector<float>& v) {
+  const auto K = static_cast<std::int64_t>(v.size()), blocks = (K + kComputeBlock - 1) / kComputeBlock;
+  Int8Row r{std::vector<std::int8_t>(static_cast<std::size_t>(blocks * kComputeBlock)), std::vector<float>(static_cast<std::size_t>(blocks))};
+  for (std::int64_t b = 0; b < blocks; ++b)
+    r.s[static_cast<std::size_t>(b)] = quantise_block(v.data() + b * kComputeBlock, std::min(kComputeBlock, K - b * kComputeBlock),
+                                                      r.q.data() + b * kComputeBlock);
+  return r;
+}
+
+// int8 mode (W8A8): x and W quantised per block of 32 along K alike; per block the exact integer
+// dot product times the f32 product of the two scales, summed in double.
+void linear_int8(const ops::LinearDims& d, ops::Inputs in, float* y) {
+  std::vector<Int8Row> w;
+  for (std::int64_t o = 0; o < d.N; ++o) w.push_back(quantise_row(row_f32(in[1], o, d.K)));
+  const std::size_t blocks = static_cast<std::size_t>((d.K + kComputeBlock - 1) / kComputeBlock);
+  for (std::int64_t m = 0; m < d.M; ++m) {
+    const Int8Row x = quantise_row(row_f32(in[0], m, d.K));
+    for (std::int64_t o = 0; o < d.N; ++o) {
+      double acc = d.bias ? at(in[2], o) : 0.0;
+      const Int8Row& wr = w[static_cast<std::size_t>(o)];
+      for (std::size_t b = 0; b < blocks; ++b) {
+        std::int64_t dot = 0;
+        for (std::size_t i = b * kComputeBlock; i < (b + 1) * kComputeBlock; ++i) dot += std::int64_t{x.q[i]} * wr.q[i];
+        const float scale = x.s[b] * wr.s[b];
+        acc += static_cast<double>(dot) * static_cast<double>(scale);
+      }
+      y[m * d.N + o] = static_cast<float>(acc);
+    }
+  }
+}
+}  // namespace
+
 // y[m,n] = sum_k x[m,k] W[n,k] + b[n], accumulated in double, k in order. x and each row of W are
 // widened to double once (not per product): the same sums, several times faster, which the
 // suite's many reference runs (and their sanitizer builds) feel.
-void linear(const Node& n, ops::Inputs in, const TensorView& out) {
+void linear(const Node& n, ops::Inputs in, const TensorView& out, Compute c) {
   const auto d = ops::check_linear(n, in, out);
   float* y = out.as<float>();
+  if (c == Compute::bf16) return linear_bf16(d, in, y);
+  if (c == Compute::int8) return linear_int8(d, in, y);
   std::vector<double> x(static_cast<std::size_t>(d.M * d.K)), w(static_cast<std::size_t>(d.K));
   for (std::int64_t i = 0; i < d.M * d.K; ++i) x[static_cast<std::size_t>(i)] = at(in[0], i);
   for (std::int64_t o = 0; o < d.N; ++o) {

@@ -4,10 +4,17 @@
 
 namespace sonde::reference {
 
-void ReferenceBackend::init(const BackendOptions&) {}
+// --compute selects the Linear's arithmetic (<sonde/compute.h>); --weights does not matter here:
+// the int8 mode quantises W as q8 does, the others read W as stored.
+void ReferenceBackend::init(const BackendOptions& options) {
+  const auto c = parse_compute(options.compute);
+  if (!c) runtime_error("backend reference: compute '{}' is not one of f32, bf16, int8", options.compute);
+  compute_ = *c;
+}
 
 BackendInfo ReferenceBackend::info() const {
-  return {"reference", "naive loops with double accumulation (the test oracle); batch-invariant", 1};
+  return {"reference",
+          "naive loops with double accumulation (the test oracle), every --compute mode emulated; batch-invariant", 1};
 }
 
 bool ReferenceBackend::supports(const Node& node, std::span<const DType> input_dtypes) const {
@@ -42,7 +49,7 @@ void ReferenceBackend::run(const Node& node, std::span<const TensorView> inputs,
   switch (node.op) {
     case OpKind::Embedding: return embedding(node, in, out);
     case OpKind::RmsNorm: return rms_norm(node, in, out);
-    case OpKind::Linear: return linear(node, in, out);
+    case OpKind::Linear: return linear(node, in, out, compute_);
     case OpKind::Reshape: return reshape(node, in, out);
     case OpKind::Rope: return rope(node, in, out);
     case OpKind::Attention: return attention(node, in, out);

@@ -2,6 +2,7 @@
 // The oracle backend: plain loops with double accumulation. Tests compare every other backend
 // against it, and the executor sends it the ops another backend declines.
 #include <sonde/backend.h>
+#include <sonde/compute.h>
 
 #include <map>
 #include <string>
@@ -20,6 +21,7 @@ class ReferenceBackend final : public Backend {
  private:
   // Views into the weight source, which outlives the backend: no copies.
   std::map<std::string, TensorView> weights_;
+  Compute compute_ = Compute::f32;
 };
 
 }  // namespace sonde::reference

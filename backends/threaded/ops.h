@@ -4,6 +4,7 @@
 // f32 (the backend widens others first); Linear weights and the embedding table may be
 // f32/f16/bf16 views used in place.
 #include "kernels.h"
+#include "lowp.h"
 #include "linear_dispatch.h"
 #include <sonde/op_checks.h>
 #include "q8.h"
@@ -16,6 +17,7 @@ struct Ctx {
   const Kernels& k;
   LinearMode linear_mode = LinearMode::automatic;
   HostRates rates{};  // unknown (zero): every native Linear takes the GEMV path
+  const LowpKernels* lowp = nullptr;  // --compute bf16/int8: the mode's kernels (ops_lowp.h); f32: null
 };
 
 // Runs fn(lo, hi) over [0, n) in chunks of `chunk` on the pool.

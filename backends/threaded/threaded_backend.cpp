@@ -133,19 +133,31 @@ void ThreadedBackend::init(const BackendOptions& options) {
     pool_ = std::make_unique<ThreadPool>(threads);
   }
   q8_ = options.weights == "q8";
+  const auto compute = parse_compute(options.compute);
+  if (!compute) runtime_error("backend threaded: compute '{}' is not one of f32, bf16, int8", options.compute);
+  if (*compute == Compute::int8 && !q8_) runtime_error("backend threaded: compute int8 needs weights q8");
+  if (*compute == Compute::bf16 && q8_) runtime_error("backend threaded: compute bf16 does not take weights q8");
+  compute_ = *compute;
+  const LowpKernels* before = lowp_;
+  lowp_ = select_lowp(compute_, env("SONDE_THREADED_LOWP"));
+  // Copies made for other kernels (another layout) must not be read by these: a weight uploaded
+  // before is then rounded or packed per call until it is uploaded again.
+  if (lowp_ != before) rounded_.clear();
   const std::string mode = env("SONDE_THREADED_LINEAR");
   if (!parse_linear_mode(mode, linear_mode_))
     runtime_error("backend threaded: SONDE_THREADED_LINEAR='{}' is not one of auto, gemv, gemm", mode);
   rates_ = linear_mode_ == LinearMode::automatic ? measure_rates(*pool_, *kernels_) : HostRates{};
-  spdlog::debug("backend threaded: ISA {}, {} threads, weights {}", kernels_->name, threads, options.weights);
+  spdlog::debug("backend threaded: ISA {}, {} threads, weights {}, compute {}{}", kernels_->name, threads, options.weights,
+                options.compute, lowp_ ? fmt::format(" ({} kernels)", lowp_->name) : std::string());
 }
 
 BackendInfo ThreadedBackend::info() const {
   if (!kernels_ || !pool_)  // asked before init (`sonde plugins`)
     return {"threaded", "CPU, own thread pool, the host's widest vector kernels, weights native or q8; batch-invariant", 0};
   return {"threaded",
-          fmt::format("CPU, own thread pool, {} kernels, weights {} (bf16/f16 read in place); batch-invariant", kernels_->name,
-                      q8_ ? "q8" : "native"),
+          fmt::format("CPU, own thread pool, {} kernels, weights {} (bf16/f16 read in place), compute {}{}; batch-invariant",
+                      kernels_->name, q8_ ? "q8" : "native", compute_name(compute_),
+                      lowp_ ? fmt::format(" ({} kernels)", lowp_->name) : std::string()),
           pool_->size()};
 }
 
@@ -153,17 +165,48 @@ bool ThreadedBackend::supports(const Node& node, std::span<const DType> input_dt
   return ops::supports_with(node, input_dtypes, &ops::is_float16_32);
 }
 
+namespace {
+std::vector<std::uint16_t> rounded_to_bf16(const TensorView& w, ThreadPool& pool) {
+  std::vector<std::uint16_t> r(static_cast<std::size_t>(w.numel()));
+  for_chunks(pool, w.numel(), std::int64_t{1} << 16, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i)
+      r[static_cast<std::size_t>(i)] = compute_bf16_bits(static_cast<float>(load_as_double(w.data, w.dtype, static_cast<std::size_t>(i))));
+  });
+  return r;
+}
+
+// --compute bf16: a 2-D weight as the mode's kernels read it: f32/f16 rounded to bf16, and packed
+// when the kernels take their own layout (AMX; 32-row blocks, packed in parallel). Empty: a bf16
+// weight the kernels read in place.
+std::vector<std::uint16_t> bf16_for_kernels(const TensorView& w, ThreadPool& pool, const LowpKernels& k) {
+  std::vector<std::uint16_t> r;
+  if (w.dtype != DType::bf16) r = rounded_to_bf16(w, pool);
+  if (!k.pack_bf16) return r;
+  const auto* src = w.dtype == DType::bf16 ? static_cast<const std::uint16_t*>(w.data) : r.data();
+  const std::int64_t N = w.shape[0], K = w.shape[1], per_block = k.bf16_packed_elems(32, K);
+  std::vector<std::uint16_t> p(static_cast<std::size_t>(k.bf16_packed_elems(N, K)));
+  for_chunks(pool, (N + 31) / 32, 16, [&](std::int64_t b0, std::int64_t b1) {
+    k.pack_bf16(src + b0 * 32 * K, std::min(N, b1 * 32) - b0 * 32, K, p.data() + b0 * per_block);
+  });
+  return p;
+}
+}  // namespace
+
 // Keeps the view (zero copy). In q8 mode a 2-D float weight is also quantised (the Linear
 // weights; the embedding table is read natively, and an unused view costs no memory).
 TensorView ThreadedBackend::upload(const std::string& name, const TensorView& src, Split) {
-  if (auto it = weights_.find(name); it != weights_.end()) quantised_.erase(it->second.data);
+  if (auto it = weights_.find(name); it != weights_.end()) quantised_.erase(it->second.data), rounded_.erase(it->second.data);
   quantised_.erase(src.data);
+  rounded_.erase(src.data);
   pool_->cancel_job();
   next_linear_.clear();  // pointers may be reused by the new weight
   last_linear_ = nullptr;
   weights_[name] = src;
   if (q8_ && src.shape.rank == 2 && ops::is_float16_32(src.dtype) && src.contiguous() && src.shape[1] > 0)
     quantised_[src.data] = quantize_weight(src, *pool_);
+  if (compute_ == Compute::bf16 && src.shape.rank == 2 && ops::is_float16_32(src.dtype) && src.contiguous() &&
+      src.shape[1] > 0 && (src.dtype != DType::bf16 || lowp_->pack_bf16))
+    rounded_[src.data] = bf16_for_kernels(src, *pool_, *lowp_);
   return src;
 }
 
@@ -173,12 +216,33 @@ TensorView ThreadedBackend::weight(const std::string& name) const {
   return it->second;
 }
 
-// Under q8 a Linear reads the q8 blocks (scales and int8 values), not the source view.
+// Under q8 a Linear reads the q8 blocks (scales and int8 values), not the source view; under
+// --compute bf16 an f32/f16 weight's Linear reads its bf16 copy.
 std::vector<std::span<const std::byte>> ThreadedBackend::weight_storage(const std::string& name) const {
   const TensorView v = weight(name);
   const Q8Weight* q = q8_for(v);
-  if (!q) return Backend::weight_storage(name);
-  return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(q->data.data()), q->bytes())};
+  if (q) return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(q->data.data()), q->bytes())};
+  // --compute bf16 on f32/f16 weights (or packed for AMX): the Linear reads the bf16 copy.
+  if (auto it = rounded_.find(v.data); it != rounded_.end())
+    return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(it->second.data()), it->second.size() * 2)};
+  return Backend::weight_storage(name);
+}
+
+// The copies made at upload; a weight without one (not uploaded, e.g. an op test's activation
+// as W) is rounded or quantised for this call alone.
+LowpWeight ThreadedBackend::lowp_weight(const Node&, const TensorView& w) const {
+  LowpWeight out;
+  if (compute_ == Compute::int8) {
+    out.q8 = q8_for(w);
+    if (!out.q8) out.own_q8 = quantize_weight(w, *pool_);
+  } else if (auto it = rounded_.find(w.data); it != rounded_.end()) {
+    out.bf16 = it->second.data();
+  } else if (w.dtype == DType::bf16 && !lowp_->pack_bf16) {
+    out.bf16 = static_cast<const std::uint16_t*>(w.data);
+  } else {
+    out.own_bf16 = bf16_for_kernels(w, *pool_, *lowp_);
+  }
+  return out;
 }
 
 const Q8Weight* ThreadedBackend::q8_for(const TensorView& w) const {
@@ -208,7 +272,10 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
   switch (node.op) {
     case OpKind::Embedding: embedding(c, node, in, out); break;
     case OpKind::RmsNorm: rms_norm(c, node, in, out); break;
-    case OpKind::Linear: linear(c, node, in, out, q8_for(in[1])); break;
+    case OpKind::Linear:
+      if (lowp_) linear_lowp(c, node, in, out, lowp_weight(node, in[1]));
+      else linear(c, node, in, out, q8_for(in[1]));
+      break;
     case OpKind::Reshape:
     case OpKind::Concat:
     case OpKind::SliceRows: copy_op(node, in, out); break;
@@ -232,7 +299,7 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
 // small to reach the streaming rate on their own. Anything else runs node by node.
 void ThreadedBackend::run_siblings(std::span<const Node* const> nodes, std::span<const std::vector<TensorView>> inputs,
                                    std::span<const TensorView> outs) {
-  bool together = true;
+  bool together = lowp_ == nullptr;  // bf16/int8: node by node
   for (std::size_t i = 0; i < nodes.size() && together; ++i)
     together = nodes[i]->op == OpKind::Linear && inputs[i].size() >= 2 &&
                streams(ctx(), outs[i], inputs[i][1], q8_for(inputs[i][1]) != nullptr);

@@ -3,6 +3,8 @@
 // chosen at run time for the CPU (AVX-512, AVX2+FMA, scalar), Linear and Embedding reading
 // f32/f16/bf16 weights in place from the mapped safetensors, and optional int8 weights (q8).
 #include "isa.h"
+#include "lowp_select.h"
+#include "ops_lowp.h"
 #include "ops.h"
 #include "q8.h"
 #include "thread_pool.h"
@@ -42,17 +44,24 @@ class ThreadedBackend final : public Backend {
   Bytes streamed_bytes(const TensorView& w) const;
   void learn_linear(const TensorView& w);
   void prefetch_next(bool start, const TensorView& after);
-  Ctx ctx() const { return Ctx{*pool_, *kernels_, linear_mode_, rates_}; }
+  Ctx ctx() const { return Ctx{*pool_, *kernels_, linear_mode_, rates_, lowp_}; }
+  // --compute bf16/int8: the weight as the mode's kernels read it (bf16 rows or the q8 copy).
+  LowpWeight lowp_weight(const Node& node, const TensorView& w) const;
 
   std::unique_ptr<ThreadPool> pool_;
   const Kernels* kernels_ = nullptr;
   bool q8_ = false;
+  Compute compute_ = Compute::f32;
+  const LowpKernels* lowp_ = nullptr;  // the mode's kernels (lowp_select.h); f32: null
   LinearMode linear_mode_ = LinearMode::automatic;
   HostRates rates_{};  // for the automatic Linear dispatch
   // What weight() returns and Weight nodes resolve to: always the source view, never a copy.
   std::map<std::string, TensorView> weights_;
   // q8 mode: quantised 2-D weights, found by their source view's data pointer when a Linear runs.
   std::map<const void*, Q8Weight> quantised_;
+  // bf16 mode: 2-D weights as the kernels read them, made once: f32/f16 rounded to bf16 (bf16
+  // weights read in place), and packed for AMX's tiles when those kernels run.
+  std::map<const void*, std::vector<std::uint16_t>> rounded_;
   // Decode runs the same Linear weights in the same order every step, with serial work (norms,
   // attention, the executor) between them that leaves the memory bus idle. The weight that
   // followed each Linear last time is read ahead by an idle worker during that work (pool post),

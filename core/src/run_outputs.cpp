@@ -60,6 +60,8 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
   }
   if (o.kind == RunKind::Generate && s.info().decoding == DecodingKind::MaskedDiffusion) j["decoding"] = decoding(s, prepared);
   if (o.kind == RunKind::Forward) j["logits"] = o.forward_logits ? "all" : "none";
+  // Only when not the default, so an f32 run's config (and its digest) is what it was before --compute.
+  if (s.compute() != "f32") j["compute"] = s.compute();
   if (!o.dataset_path.empty()) {
     j["input_sha256"] = sha256_file(o.dataset_path);
   } else {  // a one-shot file is the only record of what it ran
@@ -89,6 +91,7 @@ RunMetadata run_metadata(const RunModel& s, const nlohmann::json& run_config, co
                {"tokenizer_sha256", tokenizer_sha},
                {"backend", s.backend_name()},
                {"compute_dtype", "f32"},
+               {"compute", s.compute()},
                {"storage_dtype", storage_dtype},
                {"weight_processing", "none"}};
   m.ints = {{"prediction_shift", s.info().prediction_shift}, {"rank", 0}, {"world_size", 1}};

@@ -31,6 +31,7 @@ class SessionModel final : public RunModel {
   }
   const Tokenizer* tokenizer() const override { return s_.tokenizer(); }
   std::string backend_name() const override { return s_.backend_name(); }
+  std::string compute() const override { return s_.compute(); }
   std::filesystem::path model_dir() const override { return s_.model_dir(); }
   DecodeForward& decoder() override {
     if (!decoder_) decoder_.emplace(s_);

@@ -1,3 +1,4 @@
+#include <sonde/compute.h>
 #include <sonde/error.h>
 #include <sonde/log.h>
 #include <sonde/model_dir.h>
@@ -14,6 +15,19 @@ namespace sonde {
 
 Session::~Session() = default;
 
+namespace {
+// --compute: one of <sonde/compute.h>'s modes; int8 is W8A8 and so takes the q8 weights, bf16
+// multiplies bf16 weights and so does not take them.
+void check_compute(const std::string& compute, const std::string& weights) {
+  const auto c = parse_compute(compute);
+  if (!c) bad_input("compute: '{}' is not f32, bf16 or int8", compute);
+  if (*c == Compute::int8 && weights != "q8")
+    bad_input("compute: int8 (int8 activations times int8 weights) needs --weights q8, not '{}'", weights);
+  if (*c == Compute::bf16 && weights == "q8")
+    bad_input("compute: bf16 multiplies bf16 weights; with --weights q8 use --compute int8 or f32");
+}
+}  // namespace
+
 std::unique_ptr<Session> Session::open(const SessionOptions& o) {
   auto& registry = PluginRegistry::instance();
   if (registry.searched().empty()) registry.scan(PluginRegistry::search_path(o.plugin_dir));
@@ -23,7 +37,9 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
   const int max_threads = std::max(64, 4 * cores);
   if (o.threads < 0 || o.threads > max_threads)
     bad_input("threads: {} is outside 0..{} (0: every core; this machine has {})", o.threads, max_threads, cores);
+  check_compute(o.compute, o.weights);
   std::unique_ptr<Session> s(new Session());
+  s->compute_ = o.compute;
   s->dir_ = resolve_model_dir(o.model);
   s->config_ = ModelConfig::load(s->dir_);
   s->model_ = registry.model_for(s->config_.model_type);
@@ -31,9 +47,12 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
   s->weights_ = std::make_unique<WeightSource>(WeightSource::open(s->dir_));
 
   s->backend_ = registry.backend(o.backend);
-  s->backend_->init(BackendOptions{o.threads, o.weights, o.shard_backend, o.tensor_parallel});
+  s->backend_->init(BackendOptions{o.threads, o.weights, o.shard_backend, o.tensor_parallel, o.compute});
   s->reference_ = s->backend_->info().name == "reference" ? s->backend_ : registry.backend("reference");
-  s->reference_->init(BackendOptions{1});
+  // The fallback for what the backend declines computes in the session's mode too.
+  BackendOptions ref{1};
+  ref.compute = o.compute;
+  s->reference_->init(ref);
   s->model_->load(*s->weights_, *s->backend_);
   s->executor_ = std::make_unique<Executor>(*s->backend_, *s->reference_);
   s->plans_ = std::make_unique<PlanCache>();

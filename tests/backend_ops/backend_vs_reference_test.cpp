@@ -76,6 +76,37 @@ TEST_P(BackendOps, Linear) {
     }
 }
 
+// --compute bf16 and int8 (<sonde/compute.h>): each backend in the mode against the reference
+// backend's emulation of it (a backend that does not implement the mode declines Linear, the
+// executor's fallback). The modes' outputs differ from the exact f32 ones by far more than the
+// tolerance, so a backend that ignored the mode would fail here.
+TEST_P(BackendOps, LinearInEachComputeMode) {
+  struct Mode { std::string compute, weights; };
+  struct Case { Shape x; std::int64_t N; bool bias; };
+  const Case cases[] = {{Shape{2, 7, 13}, 37, true}, {Shape{1, 300}, 70, false}, {Shape{33, 300}, 70, true},
+                        {Shape{5, 64}, 203, false}, {Shape{3, 1100}, 40, true}};
+  for (const Mode& mode : {Mode{"bf16", "native"}, Mode{"int8", "q8"}}) {
+    BackendOptions o;
+    o.weights = mode.weights;
+    o.compute = mode.compute;
+    backend_->init(o);
+    reference_->init(o);
+    auto exact = make_backend("reference");
+    for (DType wt : kWeightTypes)
+      for (const auto& c : cases) {
+        SCOPED_TRACE(mode.compute + " " + std::string(dtype_name(wt)) + " x=" + c.x.str() + " N=" + std::to_string(c.N));
+        const std::int64_t K = c.x.last();
+        Shape out = c.x;
+        out[out.rank - 1] = c.N;
+        std::vector<Arg> args{{random_tensor(DType::f32, c.x, 5)}, {random_tensor(wt, Shape{c.N, K}, 6), true}};
+        if (c.bias) args.push_back({random_tensor(wt, Shape{c.N}, 7), true});
+        const Node n = make_node(OpKind::Linear, out);
+        compare(n, args);
+        EXPECT_GT(normalised_error(run_on(*reference_, n, args), run_on(*exact, n, args)), 1e-4) << "the mode changed nothing";
+      }
+  }
+}
+
 TEST_P(BackendOps, Reshape) {
   Node n = make_node(OpKind::Reshape, Shape{2, 7, 2, 6});
   n.params.shape = n.shape;

@@ -10,7 +10,8 @@
 
 #include <gtest/gtest.h>
 
-
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -235,6 +236,45 @@ TEST_F(Commands, ForwardRunsOnEveryBackend) {
     EXPECT_EQ(complete_attr(out), 1);
     EXPECT_EQ(dataset_shape(out, "/acts/ln_final.hook_out"), (std::vector<std::int64_t>{5, kHidden}));
   }
+}
+
+// --compute: recorded in the file; bf16 on threaded (its own kernels) and on reference (the
+// emulation) give the same logits to f32 rounding, and not the exact ones; int8 needs q8 weights.
+TEST_F(Commands, ForwardRecordsItsComputeMode) {
+  const auto forward = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args{"forward", "--model", model_.string(), "--ids", "3,1,4,1,5", "--out", (dir_ / name).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Outcome o = run(args);
+    EXPECT_EQ(o.exit_code, 0) << o.describe();
+    return read_floats(dir_ / name, "/logits");
+  };
+  const auto exact = forward("f32.h5", {"--backend", "threaded"});
+  const auto fast = forward("bf16.h5", {"--backend", "threaded", "--compute", "bf16"});
+  const auto emulated = forward("bf16-ref.h5", {"--backend", "reference", "--compute", "bf16"});
+  const auto int8 = forward("int8.h5", {"--backend", "threaded", "--compute", "int8", "--weights", "q8"});
+  EXPECT_EQ(string_attr(dir_ / "f32.h5", "compute"), std::optional<std::string>("f32"));
+  EXPECT_EQ(string_attr(dir_ / "bf16.h5", "compute"), std::optional<std::string>("bf16"));
+  EXPECT_EQ(string_attr(dir_ / "bf16-ref.h5", "compute"), std::optional<std::string>("bf16"));
+  EXPECT_EQ(string_attr(dir_ / "int8.h5", "compute"), std::optional<std::string>("int8"));
+  ASSERT_EQ(exact.size(), fast.size());
+  ASSERT_EQ(exact.size(), emulated.size());
+  ASSERT_EQ(exact.size(), int8.size());
+  double scale = 0, fast_vs_emulated = 0, fast_vs_exact = 0, int8_vs_exact = 0;
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    scale = std::max(scale, std::fabs(double(exact[i])));
+    fast_vs_emulated = std::max(fast_vs_emulated, std::fabs(double(fast[i]) - emulated[i]));
+    fast_vs_exact = std::max(fast_vs_exact, std::fabs(double(fast[i]) - exact[i]));
+    int8_vs_exact = std::max(int8_vs_exact, std::fabs(double(int8[i]) - exact[i]));
+  }
+  EXPECT_LE(fast_vs_emulated, 1e-4 * scale);
+  EXPECT_GT(fast_vs_exact, 1e-3 * scale);
+  EXPECT_GT(int8_vs_exact, 1e-3 * scale);
+  EXPECT_TRUE(one_line_error(run({"forward", "--model", model_.string(), "--ids", "1,2", "--out", (dir_ / "x.h5").string(),
+                                  "--compute", "int8"}),
+                             "forward", {"int8", "--weights q8"}, {"needs"}));
+  EXPECT_TRUE(one_line_error(run({"forward", "--model", model_.string(), "--ids", "1,2", "--out", (dir_ / "x.h5").string(),
+                                  "--compute", "fp8"}),
+                             "forward", {"fp8"}, {"not"}));
 }
 
 TEST_F(Commands, ForwardTextUsesTheModelTokenizer) {

@@ -146,3 +146,17 @@ def test_model_surface(models):
         assert model.tokenizer.decode(ids) == text
     chat = model.apply_chat_template([{"role": "user", "content": "Say hi"}])
     assert chat.endswith("<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_compute_modes(models):
+    """compute= as the CLI's --compute: bf16 is near the exact logits, not equal; int8 needs q8."""
+    ids = [3, 1, 4, 1, 5]
+    exact = sonde.Model(models["qwen2"])
+    fast = sonde.Model(models["qwen2"], compute="bf16")
+    assert exact.compute == "f32" and fast.compute == "bf16"
+    a, _ = exact.run_with_cache(ids, hooks="hook_embed")
+    b, _ = fast.run_with_cache(ids, hooks="hook_embed")
+    assert 1e-4 < max_rel(b, a) < 2e-2
+    with pytest.raises(sonde.BadInput, match="q8"):
+        sonde.Model(models["qwen2"], compute="int8")
+    assert sonde.Model(models["qwen2"], weights="q8", compute="int8").compute == "int8"

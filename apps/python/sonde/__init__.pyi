@@ -86,11 +86,12 @@ class Model:
     config: Dict[str, Any]
     arch: str
     backend: str
+    compute: str
     is_diffusion: bool
     path: str
     tokenizer: Optional[Tokenizer]
     def __init__(self, path: str, backend: str = ..., threads: int = ..., weights: str = ...,
-                 plugin_dir: Optional[str] = ...) -> None: ...
+                 plugin_dir: Optional[str] = ..., compute: str = ...) -> None: ...
     def hook_points(self) -> List[HookPoint]: ...
     def apply_chat_template(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = ...) -> str: ...
     def hooks(self, fns: Mapping[str, HookFn], positions: Union[str, Sequence[int]] = ...,

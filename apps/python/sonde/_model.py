@@ -135,16 +135,19 @@ def _requests(prompts):
 class Model:
     """A checkpoint loaded on a backend.
 
-    Model(path, backend="threaded", threads=0, weights="native"): path is a model directory or an
-    org/name in the local Hugging Face cache (never downloaded); backend: threaded, cpu-blas or
-    reference ("" picks the fastest); threads: 0 uses every core; weights: native or q8 (threaded).
+    Model(path, backend="threaded", threads=0, weights="native", compute="f32"): path is a model
+    directory or an org/name in the local Hugging Face cache (never downloaded); backend: threaded,
+    cpu-blas or reference ("" picks the fastest); threads: 0 uses every core; weights: native or q8
+    (threaded); compute: the Linear precision, f32 (exact), bf16, or int8 (with weights="q8"), as
+    the CLI's --compute (docs/backends.md).
     """
 
-    def __init__(self, path, backend="threaded", threads=0, weights="native", plugin_dir=None):
-        self._engine = _sonde.Engine(str(path), backend or "", int(threads), weights, plugin_dir or "")
+    def __init__(self, path, backend="threaded", threads=0, weights="native", plugin_dir=None, compute="f32"):
+        self._engine = _sonde.Engine(str(path), backend or "", int(threads), weights, plugin_dir or "", compute)
         self.config = json.loads(self._engine.config_json)
         self.arch = self._engine.arch
         self.backend = self._engine.backend
+        self.compute = self._engine.compute
         self.is_diffusion = self._engine.diffusion
         self.path = self._engine.model_dir
         self.tokenizer = Tokenizer(self._engine) if self._engine.has_tokenizer else None

@@ -400,24 +400,27 @@ PYBIND11_MODULE(_sonde, m) {
 
   pb::class_<Loaded, std::shared_ptr<Loaded>>(m, "Engine")
       .def(pb::init([](const std::string& model, const std::string& backend, int threads, const std::string& weights,
-                       const std::string& plugin_dir) {
+                       const std::string& plugin_dir, const std::string& compute) {
              SessionOptions o;
              o.model = model;
              o.backend = backend;
              o.threads = threads;
              o.weights = weights;
+             o.compute = compute;
              o.plugin_dir = plugin_dir.empty() ? plugin_dir_beside_core() : plugin_dir;
              auto e = std::make_shared<Loaded>();
              pb::gil_scoped_release nogil;
              e->session = Session::open(o);
              return e;
            }),
-           "model"_a, "backend"_a = "", "threads"_a = 0, "weights"_a = "native", "plugin_dir"_a = "")
+           "model"_a, "backend"_a = "", "threads"_a = 0, "weights"_a = "native", "plugin_dir"_a = "",
+           "compute"_a = "f32")
       .def_property_readonly("config_json", [](Loaded& e) { return e.session->config().raw_json; })
       .def_property_readonly("arch", [](Loaded& e) { return e.session->info().arch; })
       .def_property_readonly("diffusion",
                              [](Loaded& e) { return e.session->info().decoding == DecodingKind::MaskedDiffusion; })
       .def_property_readonly("backend", [](Loaded& e) { return e.session->backend_name(); })
+      .def_property_readonly("compute", [](Loaded& e) { return e.session->compute(); })
       .def_property_readonly("model_dir", [](Loaded& e) { return e.session->model_dir().string(); })
       .def_property_readonly("has_tokenizer", [](Loaded& e) { return e.session->tokenizer() != nullptr; })
       .def("hook_points",

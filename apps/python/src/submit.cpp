@@ -135,6 +135,7 @@ class SessionView final : public RunModel {
   std::vector<HookPoint> hook_points() const override { return s_.hook_points(); }
   const Tokenizer* tokenizer() const override { return s_.tokenizer(); }
   std::string backend_name() const override { return s_.backend_name(); }
+  std::string compute() const override { return s_.compute(); }
   std::filesystem::path model_dir() const override { return s_.model_dir(); }
   DecodeForward& decoder() override { runtime_error("submit: the engine runs the request, not the run layer"); }
   Tensor forward(const std::vector<std::int32_t>&, const std::set<std::string>&, const HookTap&, bool) override {

@@ -14,6 +14,10 @@ CpuFeatures detect() {
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  f.avx512dq = __builtin_cpu_supports("avx512dq");
+  f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+  f.amx_tile = __builtin_cpu_supports("amx-tile");
+  f.amx_bf16 = __builtin_cpu_supports("amx-bf16");
 #endif
   return f;
 }

@@ -28,6 +28,10 @@ struct BackendOptions {
   // copy (0: every rank of the job). Other backends ignore them.
   std::string shard_backend = "threaded";
   int tensor_parallel = 0;
+  // The Linear ops' compute precision (<sonde/compute.h>): "f32", "bf16" or "int8" (int8 with
+  // weights "q8"). A backend whose Linear does not implement the mode declines Linear nodes
+  // (supports() false) and the executor runs them on the reference backend, which implements all.
+  std::string compute = "f32";
 };
 
 // How a weight may be split across ranks (used by the sharded backend; others ignore it).

@@ -50,6 +50,8 @@ class RunModel {
   virtual std::vector<HookPoint> hook_points() const = 0;
   virtual const Tokenizer* tokenizer() const = 0;  // null: requests must give token ids
   virtual std::string backend_name() const = 0;
+  // The Linear ops' compute precision (--compute, <sonde/compute.h>): every output records it.
+  virtual std::string compute() const { return "f32"; }
   virtual std::filesystem::path model_dir() const = 0;
   // The decode loops' forward (decode.h), kept for the run.
   virtual DecodeForward& decoder() = 0;

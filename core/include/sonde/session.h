@@ -30,6 +30,7 @@ struct SessionOptions {
   std::string weights = "native";  // BackendOptions::weights: "native" or "q8"
   std::string shard_backend = "threaded";  // BackendOptions::shard_backend (sharded backend only)
   int tensor_parallel = 0;                 // BackendOptions::tensor_parallel (sharded backend only)
+  std::string compute = "f32";             // BackendOptions::compute: f32, bf16 or int8 (<sonde/compute.h>)
 };
 
 struct ForwardInput {
@@ -61,6 +62,9 @@ class Session {
   std::vector<HookPoint> hook_points() const { return model_->hook_points(); }
   Backend& backend() { return *backend_; }
   std::string backend_name() const { return backend_->info().name; }
+  // The Linear ops' compute precision (--compute): "f32", "bf16" or "int8"; every output file
+  // records it as the attribute `compute`.
+  const std::string& compute() const { return compute_; }
   const WeightSource& weights() const { return *weights_; }
   const std::filesystem::path& model_dir() const { return dir_; }
   // The model's tokenizer, loaded on first use and then kept (one load per session); null when
@@ -122,6 +126,7 @@ class Session {
   std::filesystem::path dir_;
   ModelConfig config_;
   std::unique_ptr<WeightSource> weights_;
+  std::string compute_ = "f32";
   std::shared_ptr<ModelPlugin> model_;
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<Backend> reference_;

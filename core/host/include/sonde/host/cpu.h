@@ -8,6 +8,8 @@ namespace sonde::host {
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512vnni = false;
+  bool avx512dq = false, avx512bf16 = false;  // the threaded backend's --compute kernels (lowp.h)
+  bool amx_tile = false, amx_bf16 = false;     // CPUID; Linux must also grant the tile data (lowp_select.cpp)
 };
 
 // The features of the CPU this process runs on (all false off x86-64).

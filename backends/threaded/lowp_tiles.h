@@ -1,0 +1,145 @@
+#pragma once
+// The AVX-512 skeleton of the bf16/int8 kernels (lowp.h), shared by the ISA TUs lowp_avx512.cpp,
+// lowp_avx512bf16.cpp and lowp_vnni.cpp. Everything is in an unnamed namespace: each TU gets its
+// own copy built with its own flags, and the linker can never hand one TU's code to another.
+#include "kernels.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace sonde::threaded {
+namespace {
+
+using i64 = std::int64_t;
+
+// W bytes per chunk of rows: a chunk stays in L2 while every tile of x rows passes over it.
+constexpr i64 kLowpChunkBytes = 128 << 10;
+
+// The 16 lanes summed in lowp.h's tree order: (i, i+8), then (i, i+4), (i, i+2), the last two.
+inline float lowp_reduce16(__m512 a) {
+  const __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+  const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+  return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+// f.template operator()<mt, RT>(m, r) with mt (1..MT) known at compile time.
+template <int MT, int RT, typename F> inline void lowp_dispatch(i64 mt, i64 m, i64 r, const F& f) {
+  if (mt == MT) return f.template operator()<MT, RT>(m, r);
+  if constexpr (MT > 1) lowp_dispatch<MT - 1, RT>(mt, m, r, f);
+}
+
+// Outputs [0, M) x [n0, n1) as tiles of up to MT x rows by RT W rows (the rows left over one by
+// one): W in chunks of kLowpChunkBytes, each chunk against every tile of x rows. Each output is
+// one tile call's, whatever the tiling: its sum depends on K alone.
+template <int MT, int RT, typename F> void lowp_drive(i64 M, i64 n0, i64 n1, i64 rowbytes, const F& f) {
+  const i64 chunk = std::max<i64>(RT, kLowpChunkBytes / std::max<i64>(1, rowbytes) / RT * RT);
+  for (i64 r0 = n0; r0 < n1; r0 += chunk) {
+    const i64 r1 = std::min(n1, r0 + chunk);
+    for (i64 m = 0; m < M; m += MT) {
+      const i64 mt = std::min<i64>(MT, M - m);
+      i64 r = r0;
+      for (; r + RT <= r1; r += RT) lowp_dispatch<MT, RT>(mt, m, r, f);
+      for (; r < r1; ++r) lowp_dispatch<MT, 1>(mt, m, r, f);
+    }
+  }
+}
+
+// Madd, Prep and Dot are lambdas (function pointers would not inline into the loops).
+// One bf16 tile: x rows xr[0..mt), W rows wr[0..rt), K elements; the full steps unmasked, the
+// last one's W masked (x is zero-padded). Row pointers are local so the loop keeps its
+// accumulators and addresses in registers.
+template <int mt, int rt, typename Madd>
+inline void lowp_bf16_tile(const std::uint16_t* const* xr, const std::uint16_t* const* wr, i64 K, float* y, i64 ldy,
+                           Madd madd) {
+  __m512 acc[mt][rt];
+  for (int i = 0; i < mt; ++i)
+    for (int j = 0; j < rt; ++j) acc[i][j] = _mm512_setzero_ps();
+  i64 k = 0;
+  for (; k + 32 <= K; k += 32) {
+    __m512i xv[mt];
+    for (int i = 0; i < mt; ++i) xv[i] = _mm512_loadu_si512(xr[i] + k);
+    for (int j = 0; j < rt; ++j) {
+      const __m512i wv = _mm512_loadu_si512(wr[j] + k);
+      for (int i = 0; i < mt; ++i) madd(acc[i][j], xv[i], wv);
+    }
+  }
+  if (k < K) {
+    const __mmask32 wmask = (__mmask32(1) << (K - k)) - 1;
+    __m512i xv[mt];
+    for (int i = 0; i < mt; ++i) xv[i] = _mm512_loadu_si512(xr[i] + k);
+    for (int j = 0; j < rt; ++j) {
+      const __m512i wv = _mm512_maskz_loadu_epi16(wmask, wr[j] + k);
+      for (int i = 0; i < mt; ++i) madd(acc[i][j], xv[i], wv);
+    }
+  }
+  for (int i = 0; i < mt; ++i)
+    for (int j = 0; j < rt; ++j) y[i * ldy + j] = lowp_reduce16(acc[i][j]);
+}
+
+// bf16 tiles: Madd(acc, x, w) adds one step's 32 products to the 16 lanes in lowp.h's order.
+// x rows are zero-padded to a multiple of 32 (full loads); the last W step is masked.
+template <int MT, int RT, typename Madd>
+void lowp_bf16(const std::uint16_t* x, i64 M, i64 ldx, const std::uint16_t* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy,
+               Madd madd) {
+  lowp_drive<MT, RT>(M, n0, n1, 2 * K, [&]<int mt, int rt>(i64 m, i64 r) {
+    const std::uint16_t* xr[mt];
+    const std::uint16_t* wr[rt];
+    for (int i = 0; i < mt; ++i) xr[i] = x + (m + i) * ldx;
+    for (int j = 0; j < rt; ++j) wr[j] = W + (r + j) * K;
+    lowp_bf16_tile<mt, rt>(xr, wr, K, y + m * ldy + r, ldy, madd);
+  });
+}
+
+// The scale of block b of a q8 row (0 past the row's last block).
+inline float lowp_q8_scale(const unsigned char* row, i64 b, i64 blocks) {
+  if (b >= blocks) return 0.0f;
+  float s;
+  __builtin_memcpy(&s, row + b * kQ8BlockBytes, 4);
+  return s;
+}
+
+// int8 tiles: per step, blocks b and b + 1 (64 elements). Dot(xq, w) gives the 16 lanes' exact
+// integer sums (lowp.h: lanes 8h + j, block b + h); then acc = fma(float(p), sx * sw, acc).
+// Prep(w) is computed once per W vector and handed to Dot (VNNI: the unsigned offset's correction).
+template <int MT, int RT, typename Prep, typename Dot>
+void lowp_i8(const std::int8_t* xq, const float* xs, i64 M, i64 ldq, i64 lds, const unsigned char* W, i64 K, i64 n0,
+             i64 n1, float* y, i64 ldy, Prep prep, Dot dot) {
+  const i64 blocks = (K + kQ8Block - 1) / kQ8Block, rb = q8_row_bytes(K);
+  lowp_drive<MT, RT>(M, n0, n1, rb, [&]<int mt, int rt>(i64 m, i64 r) {
+    __m512 acc[mt][rt];
+    for (int i = 0; i < mt; ++i)
+      for (int j = 0; j < rt; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (i64 b = 0; b < blocks; b += 2) {
+      __m512i xv[mt];
+      __m512 sx[mt];
+      for (int i = 0; i < mt; ++i) {
+        xv[i] = _mm512_loadu_si512(xq + (m + i) * ldq + b * kQ8Block);
+        const float* s = xs + (m + i) * lds + b;
+        sx[i] = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(s[0]), _mm512_set1_ps(s[1]));
+      }
+      for (int j = 0; j < rt; ++j) {
+        const unsigned char* row = W + (r + j) * rb;
+        const unsigned char* blk = row + b * kQ8BlockBytes;
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 4));
+        const __m256i hi = b + 1 < blocks ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ8BlockBytes + 4))
+                                          : _mm256_setzero_si256();
+        const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        const __m512 sw = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(lowp_q8_scale(row, b, blocks)),
+                                               _mm512_set1_ps(lowp_q8_scale(row, b + 1, blocks)));
+        const auto pw = prep(wv);
+        for (int i = 0; i < mt; ++i) {
+          const __m512 p = _mm512_cvtepi32_ps(dot(xv[i], wv, pw));
+          acc[i][j] = _mm512_fmadd_ps(p, _mm512_mul_ps(sx[i], sw), acc[i][j]);
+        }
+      }
+    }
+    for (int i = 0; i < mt; ++i)
+      for (int j = 0; j < rt; ++j) y[(m + i) * ldy + r + j] = lowp_reduce16(acc[i][j]);
+  });
+}
+
+}  // namespace
+}  // namespace sonde::threaded

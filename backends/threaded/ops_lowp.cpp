@@ -1,0 +1,94 @@
+// Linear in the --compute bf16 and int8 modes (<sonde/compute.h>): x rounded to bf16 or quantised
+// to int8 blocks once per call (rows on the pool), then the mode's kernel (lowp.h) over blocks of
+// W rows on the pool. Every output is one kernel call's and its sum depends on K alone, so a row's
+// result does not depend on the other rows, the thread count or the split.
+#include "ops_lowp.h"
+
+#include <sonde/compute.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace sonde::threaded {
+
+namespace {
+
+constexpr std::int64_t kLowpMinRows = 32;  // W rows per task at least
+
+// Tasks of W rows: about 4 per thread, at least kLowpMinRows rows, a multiple of 32 (AMX's
+// packed blocks).
+void for_w_rows(ThreadPool& pool, std::int64_t N, const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  const std::int64_t want = 4 * static_cast<std::int64_t>(pool.size());
+  const std::int64_t rows = std::max(kLowpMinRows, ((N + want - 1) / want + 31) / 32 * 32);
+  for_chunks(pool, N, rows, fn);
+}
+
+void add_bias_rows(const float* bias, float* y, std::int64_t M, std::int64_t N) {
+  if (!bias) return;
+  for (std::int64_t m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];
+}
+
+// Scratch for the rounded or quantised x rows, kept per thread (run() calls come from one
+// thread at a time per backend; the buffers only grow).
+struct LowpScratch {
+  std::vector<std::uint16_t> bf16;
+  std::vector<std::int8_t> q;
+  std::vector<float> s;
+};
+LowpScratch& scratch() {
+  thread_local LowpScratch s;
+  return s;
+}
+
+}  // namespace
+
+void linear_lowp(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const LowpWeight& w) {
+  const ops::LinearDims d = ops::check_linear(n, in, out);
+  const float* x = in[0].as<const float>();
+  const float* bias = d.bias ? in[2].as<const float>() : nullptr;
+  float* y = out.as<float>();
+  if (d.M == 0 || d.N == 0) return;
+  if (d.K == 0) {
+    std::memset(y, 0, static_cast<std::size_t>(d.M * d.N) * sizeof(float));
+    return add_bias_rows(bias, y, d.M, d.N);
+  }
+  LowpScratch& s = scratch();
+  const bool int8 = w.q8 || !w.own_q8.data.empty();
+  if (!int8) {
+    const std::uint16_t* wb = w.bf16 ? w.bf16 : w.own_bf16.data();
+    // x rows as bf16 bits, zero from K to a multiple of 32 (the kernels load whole steps) and
+    // from M to a multiple of 16 rows (AMX loads whole tiles).
+    const std::int64_t ldx = (d.K + 31) / 32 * 32;
+    s.bf16.assign(static_cast<std::size_t>((d.M + 15) / 16 * 16 * ldx), 0);
+    for_chunks(c.pool, d.M, 8, [&](std::int64_t m0, std::int64_t m1) {
+      for (std::int64_t m = m0; m < m1; ++m)
+        for (std::int64_t k = 0; k < d.K; ++k)
+          s.bf16[static_cast<std::size_t>(m * ldx + k)] = compute_bf16_bits(x[m * d.K + k]);
+    });
+    for_w_rows(c.pool, d.N, [&](std::int64_t n0, std::int64_t n1) {
+      c.lowp->gemm_bf16(s.bf16.data(), d.M, ldx, wb, d.K, n0, n1, y, d.N);
+    });
+  } else {
+    // x rows as int8 blocks and scales, zero up to an even number of blocks.
+    const std::int64_t blocks = (d.K + kComputeBlock - 1) / kComputeBlock, lds = (blocks + 1) / 2 * 2;
+    const std::int64_t ldq = lds * kComputeBlock;
+    s.q.assign(static_cast<std::size_t>(d.M * ldq), 0);
+    s.s.assign(static_cast<std::size_t>(d.M * lds), 0.0f);
+    for_chunks(c.pool, d.M, 8, [&](std::int64_t m0, std::int64_t m1) {
+      for (std::int64_t m = m0; m < m1; ++m)
+        for (std::int64_t b = 0; b < blocks; ++b)
+          s.s[static_cast<std::size_t>(m * lds + b)] =
+              quantise_block(x + m * d.K + b * kComputeBlock, std::min(kComputeBlock, d.K - b * kComputeBlock),
+                             s.q.data() + m * ldq + b * kComputeBlock);
+    });
+    const unsigned char* wq = (w.q8 ? w.q8 : &w.own_q8)->data.data();
+    for_w_rows(c.pool, d.N, [&](std::int64_t n0, std::int64_t n1) {
+      c.lowp->gemm_i8(s.q.data(), s.s.data(), d.M, ldq, lds, wq, d.K, n0, n1, y, d.N);
+    });
+  }
+  add_bias_rows(bias, y, d.M, d.N);
+}
+
+}  // namespace sonde::threaded
