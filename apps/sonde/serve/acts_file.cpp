@@ -33,6 +33,7 @@ RunMetadata file_metadata(Service& svc, const ParsedRequest& req) {
                {"run_config_json", run_config},
                {"run_config_sha256", sha256_hex(run_config.data(), run_config.size())},
                {"backend", s.backend_name()},
+               {"compute", s.compute()},
                {"compute_dtype", "f32"},
                {"storage_dtype", req.capture.storage},
                {"weight_processing", "none"}};

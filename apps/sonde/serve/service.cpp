@@ -22,6 +22,7 @@ class View final : public RunModel {  // the Session as the run layer reads it (
   std::vector<HookPoint> hook_points() const override { return s_.hook_points(); }
   const Tokenizer* tokenizer() const override { return s_.tokenizer(); }
   std::string backend_name() const override { return s_.backend_name(); }
+  std::string compute() const override { return s_.compute(); }
   std::filesystem::path model_dir() const override { return s_.model_dir(); }
   DecodeForward& decoder() override { runtime_error("serve: the engine runs the request, not the run layer"); }
   Tensor forward(const std::vector<std::int32_t>&, const std::set<std::string>&, const HookTap&, bool) override {
