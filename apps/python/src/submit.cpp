@@ -4,6 +4,7 @@
 
 #include <sonde/error.h>
 #include <sonde/run.h>
+#include <sonde/session_view.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -122,31 +123,6 @@ double Stream::end_seconds() const {
 
 // ---- submitting ----------------------------------------------------------------------------------
 
-namespace {
-
-// The Session as the run layer reads it to prepare a request and resolve its edits. Its hook
-// points are the model's own: not the Session's current edits' `.pre_edit` points, which the
-// engine changes on its thread.
-class SessionView final : public RunModel {
- public:
-  explicit SessionView(Session& s) : s_(s) {}
-  const ModelConfig& config() const override { return s_.config(); }
-  const ModelInfo& info() const override { return s_.info(); }
-  std::vector<HookPoint> hook_points() const override { return s_.hook_points(); }
-  const Tokenizer* tokenizer() const override { return s_.tokenizer(); }
-  std::string backend_name() const override { return s_.backend_name(); }
-  std::string compute() const override { return s_.compute(); }
-  std::filesystem::path model_dir() const override { return s_.model_dir(); }
-  DecodeForward& decoder() override { runtime_error("submit: the engine runs the request, not the run layer"); }
-  Tensor forward(const std::vector<std::int32_t>&, const std::set<std::string>&, const HookTap&, bool) override {
-    runtime_error("submit: the engine runs the request, not the run layer");
-  }
-
- private:
-  Session& s_;
-};
-
-}  // namespace
 
 std::unique_ptr<Submitted> submit(std::shared_ptr<Loaded> model, const std::string& request_json,
                                   const std::string& options_json) {
@@ -154,7 +130,8 @@ std::unique_ptr<Submitted> submit(std::shared_ptr<Loaded> model, const std::stri
   Request& req = spec.requests.at(0);
   req.where = req.id.empty() ? "submit" : "submit '" + req.id + "'";
   Session& s = *model->session;
-  SessionView view(s);
+  const auto view_ptr = session_request_view(s);
+  RunModel& view = *view_ptr;
   EngineRequest q = engine_request(view, req, spec.options, 0);
 
   auto out = std::make_unique<Submitted>();

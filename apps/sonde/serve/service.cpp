@@ -2,6 +2,7 @@
 #include "service.h"
 
 #include <sonde/error.h>
+#include <sonde/session_view.h>
 #include <sonde/tokenizer.h>
 
 #include <fmt/format.h>
@@ -12,28 +13,6 @@
 #include <cstdlib>
 
 namespace sonde::serve {
-namespace service_impl {
-
-class View final : public RunModel {  // the Session as the run layer reads it (submit.cpp's twin)
- public:
-  explicit View(Session& s) : s_(s) {}
-  const ModelConfig& config() const override { return s_.config(); }
-  const ModelInfo& info() const override { return s_.info(); }
-  std::vector<HookPoint> hook_points() const override { return s_.hook_points(); }
-  const Tokenizer* tokenizer() const override { return s_.tokenizer(); }
-  std::string backend_name() const override { return s_.backend_name(); }
-  std::string compute() const override { return s_.compute(); }
-  std::filesystem::path model_dir() const override { return s_.model_dir(); }
-  DecodeForward& decoder() override { runtime_error("serve: the engine runs the request, not the run layer"); }
-  Tensor forward(const std::vector<std::int32_t>&, const std::set<std::string>&, const HookTap&, bool) override {
-    runtime_error("serve: the engine runs the request, not the run layer");
-  }
-
- private:
-  Session& s_;
-};
-
-}  // namespace service_impl
 
 Service::Service(Session& s, Engine& e, const ServeConfig& c) : session(s), engine(e), config(c) {
   const Tokenizer* tok = s.tokenizer();
@@ -47,7 +26,7 @@ Service::Service(Session& s, Engine& e, const ServeConfig& c) : session(s), engi
   std::string dir = std::filesystem::absolute(s.model_dir()).lexically_normal().string();
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   model_id = c.model_name.empty() ? std::filesystem::path(dir).filename().string() : c.model_name;
-  view = std::make_unique<service_impl::View>(s);
+  view = session_request_view(s);
   std::string tmpl = (std::filesystem::temp_directory_path() / "sonde-serve-XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) runtime_error("serve: cannot make a scratch directory under {}", std::filesystem::temp_directory_path().string());
   scratch = tmpl;
