@@ -8,6 +8,8 @@
 
 #include "run_internal.h"
 
+#include <sonde/run_metadata.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -228,3 +230,11 @@ void Outputs::close() {
 void Outputs::abandon() { sinks_.clear(); }
 
 }  // namespace sonde::run_detail
+
+namespace sonde {
+
+RunMetadata output_metadata(const RunModel& model, const nlohmann::json& run_config, const std::string& storage_dtype) {
+  return run_detail::run_metadata(model, run_config, storage_dtype);
+}
+
+}  // namespace sonde

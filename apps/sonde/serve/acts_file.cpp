@@ -8,6 +8,7 @@
 #include <sonde/output_lock.h>
 #include <sonde/registry.h>
 #include <sonde/request.h>
+#include <sonde/run_metadata.h>
 #include <sonde/tokenizer.h>
 
 #include <filesystem>
@@ -24,22 +25,8 @@ RunMetadata file_metadata(Service& svc, const ParsedRequest& req) {
                               {"endpoint", req.endpoint == Endpoint::Activations ? "activations" : "generation"},
                               {"capture", req.capture.to_json()},
                               {"edits", edits}};
-  const std::string run_config = config.dump();
-  RunMetadata m;
-  const Session& s = svc.session;
-  m.strings = {{"model_arch", s.info().arch},
-               {"model_path", fs::absolute(s.model_dir()).string()},
-               {"config_json", s.config().raw_json},
-               {"run_config_json", run_config},
-               {"run_config_sha256", sha256_hex(run_config.data(), run_config.size())},
-               {"backend", s.backend_name()},
-               {"compute", s.compute()},
-               {"compute_dtype", "f32"},
-               {"storage_dtype", req.capture.storage},
-               {"weight_processing", "none"}};
-  if (!req.edits.empty()) m.strings["edits_json"] = edits.dump();
-  m.ints = {{"prediction_shift", s.info().prediction_shift}, {"rank", 0}, {"world_size", 1}};
-  return m;
+  // The run layer's keys (sonde_version, tokenizer_sha256, compute, edits_json, ...), not a copy.
+  return output_metadata(*svc.view, config, req.capture.storage);
 }
 
 }  // namespace acts_file_impl
