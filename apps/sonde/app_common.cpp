@@ -61,6 +61,18 @@ bool parse_options(const std::vector<std::string>& args, const std::string& usag
   return true;
 }
 
+namespace {
+// An error met while opening (a bad layout, a model that cannot be split so): every rank of the
+// job meets it, and the job must end as a whole (main.cpp) with one line.
+void close_job_on_error(const CommonOptions& o) {
+  if (o.backend != "sharded") return;
+  try {
+    g_job = PluginRegistry::instance().backend("sharded")->process_group();
+  } catch (...) {
+  }
+}
+}  // namespace
+
 std::unique_ptr<Session> open_session(const CommonOptions& o) {
   init_logging(o.log_level);
   if (o.threads < 0) bad_input("--threads: {} is negative", o.threads);
@@ -71,15 +83,13 @@ std::unique_ptr<Session> open_session(const CommonOptions& o) {
     s = Session::open(
         SessionOptions{o.model, o.backend, o.threads, o.plugin_dir, o.weights, o.shard_backend, o.tensor_parallel,
                        o.compute});
+  } catch (const Error& e) {
+    close_job_on_error(o);
+    // Core names the setting ("compute: ..."); the command line names its flag, once.
+    if (e.setting() == "compute") throw Error(e.kind(), fmt::format("--compute: {}", e.detail()));
+    throw;
   } catch (...) {
-    // Met while opening (a bad layout, a model that cannot be split so): every rank of the job
-    // meets it, and the job must end as a whole (main.cpp) with one line.
-    if (o.backend == "sharded") {
-      try {
-        g_job = PluginRegistry::instance().backend("sharded")->process_group();
-      } catch (...) {
-      }
-    }
+    close_job_on_error(o);
     throw;
   }
   g_job = s->backend().process_group();

@@ -422,7 +422,7 @@ void print_text(const ordered_json& j) {
 
 void check_model(const Session& s, const ServeBenchOptions& o) {
   const auto& cfg = s.config();
-  if (s.info().decoding != DecodingKind::Autoregressive)
+  if (s.info().diffusion())
     bad_input("--mode serve: {} is a {} model (masked diffusion); serve measures autoregressive decoding (tokens, TTFT, "
               "ITL): use a Qwen2 model", cfg.dir.string(), s.info().arch);
   const std::int64_t longest = std::max(o.prompt_max + o.gen_max, o.reference_prompt + 3);

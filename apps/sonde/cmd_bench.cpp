@@ -165,7 +165,7 @@ void check_options(BenchOptions& o) {
 void check_model(const Session& s, const BenchOptions& o) {
   if (o.mode == "serve") return;  // bench_serve checks its own
   const auto& cfg = s.config();
-  const bool diffusion = s.info().decoding == DecodingKind::MaskedDiffusion;
+  const bool diffusion = s.info().diffusion();
   if ((o.mode == "diffusion-step" || o.mode == "diffusion") && !diffusion)
     bad_input("--mode {}: {} is a {} model (autoregressive); it needs a masked-diffusion model such as Dream",
               o.mode, cfg.dir.string(), s.info().arch);

@@ -83,7 +83,7 @@ void write_h5(const std::string& path, bool overwrite, const LensResult& r, cons
 // leading step dimension (/lens/steps, /lens/top_ids [S, L, N, K], ...).
 int diffusion_lens(Session& s, const std::vector<std::int32_t>& ids, std::int64_t top_k, const GenerationSettings& settings,
                    bool json, const std::string& out, bool overwrite) {
-  if (s.info().decoding != DecodingKind::MaskedDiffusion) bad_input("--diffusion: model {} is not a diffusion model", s.info().arch);
+  if (!s.info().diffusion()) bad_input("--diffusion: model {} is not a diffusion model", s.info().arch);
   const DiffusionLens d = logit_lens_diffusion(s, ids, resolve_diffusion(settings, s.config(), s.info().diffusion_loop), top_k);
   if (!out.empty()) {
     if (std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);

@@ -152,7 +152,7 @@ int cmd_score(const Args& args) {
   const Tokenizer* tok = session->tokenizer();
   std::vector<HookPoint> captured;
   if (!hooks.empty()) {
-    if (session->info().decoding != DecodingKind::Autoregressive)
+    if (session->info().diffusion())
       bad_input("--hooks: capturing while scoring is for autoregressive models ({} is not)", session->info().arch);
     as_flag_hooks(*session, hooks, captured);
   }
@@ -176,7 +176,7 @@ int cmd_score(const Args& args) {
   }
   if (items.empty()) bad_input("--input: {} has no lines", input);
 
-  const bool diffusion = session->info().decoding == DecodingKind::MaskedDiffusion;
+  const bool diffusion = session->info().diffusion();
   std::shared_ptr<Sink> sink;
   std::set<std::string> taps;
   if (!captured.empty()) {

@@ -98,8 +98,12 @@ void add_edit_options(po::options_description& desc, EditFlags& e) {
 
 std::vector<EditSpec> edit_specs(const EditFlags& e) {
   std::vector<EditSpec> out;
-  if (!e.file.empty()) out = parse_edits_file(e.file);
-  for (const auto& s : e.steer) out.push_back(parse_steer(s));
+  if (!e.file.empty()) as_flag("--edits", [&] { out = parse_edits_file(e.file); });
+  for (const auto& s : e.steer)
+    as_flag("--steer", [&] {
+      out.push_back(parse_steer(s));
+      out.back().where = "--steer '" + s + "'";  // later messages (the vector's file, the hook) name the flag
+    });
   return out;
 }
 

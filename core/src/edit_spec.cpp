@@ -102,12 +102,12 @@ std::vector<EditSpec> parse_edits_json(const nlohmann::json& j, const std::strin
 
 std::vector<EditSpec> parse_edits_file(const std::string& path) {
   std::ifstream f(path);
-  if (!f) bad_input("--edits {}: cannot open the file", path);
+  if (!f) bad_setting("edits", "{}: cannot open the file", path);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(f);
   } catch (const nlohmann::json::exception& e) {
-    bad_input("--edits {}: not JSON: {}", path, e.what());
+    bad_setting("edits", "{}: not JSON: {}", path, e.what());
   }
   return parse_edits_json(j, path);
 }
@@ -115,9 +115,9 @@ std::vector<EditSpec> parse_edits_file(const std::string& path) {
 EditSpec parse_steer(const std::string& s) {
   const auto eq = s.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
-    bad_input("--steer '{}': expected HOOK=FILE.h5:/dataset*SCALE or HOOK=FILE.npy*SCALE", s);
+    bad_setting("steer", "'{}': expected HOOK=FILE.h5:/dataset*SCALE or HOOK=FILE.npy*SCALE", s);
   EditSpec e;
-  e.where = "--steer '" + s + "'";
+  e.where = "steer '" + s + "'";  // a front end may name it its own way
   e.hook = s.substr(0, eq);
   e.op = "add";
   std::string rest = s.substr(eq + 1);
@@ -130,12 +130,12 @@ EditSpec parse_steer(const std::string& s) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (factor.empty() || used != factor.size()) bad_input("--steer '{}': scale '{}' is not a number", s, factor);
+    if (factor.empty() || used != factor.size()) bad_setting("steer", "'{}': scale '{}' is not a number", s, factor);
     // stod reads "nan" and "inf": a steer by them would write NaN logits and exit 0.
-    if (!std::isfinite(e.scale)) bad_input("--steer '{}': scale '{}' is not a finite number", s, factor);
+    if (!std::isfinite(e.scale)) bad_setting("steer", "'{}': scale '{}' is not a finite number", s, factor);
     rest = rest.substr(0, star);
   }
-  if (rest.empty()) bad_input("--steer '{}': no vector source", s);
+  if (rest.empty()) bad_setting("steer", "'{}': no vector source", s);
   e.source = rest;
   return e;
 }

@@ -166,7 +166,7 @@ std::vector<HookPoint> HookSelector::resolve(const std::vector<HookPoint>& avail
       if (hit) continue;
       std::string hint;
       for (const auto& c : closest_names(w, names)) hint += (hint.empty() ? "" : ", ") + c;
-      bad_setting("hooks", "'{}' matches no hook point{}{} (list them with `sonde hooks --model DIR`)", w,
+      bad_setting("hooks", "'{}' matches no hook point{}{} (list them with `sonde hooks`)", w,
                 hint.empty() ? "" : "; did you mean: ", hint);
     }
   }

@@ -153,6 +153,8 @@ fs::path resolve_model_dir(const std::string& model) {
   std::error_code ec;
   if (model.empty()) bad_input("model: the path is empty: expected a model directory or an org/name from the Hugging Face cache");
   if (fs::is_directory(model, ec)) return fs::absolute(model).lexically_normal();
+  if (fs::exists(model, ec))
+    bad_input("model '{}': is a file, not a model directory (give the folder that holds config.json)", model);
   if (!looks_like_repo_id(model))
     bad_input("model '{}': no such directory ({} does not exist; an org/name would be looked up in the Hugging Face cache)",
               model, fs::absolute(model).string());

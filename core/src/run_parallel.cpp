@@ -106,7 +106,7 @@ void check_part_places(const RunOptions& o, int replicas) {
   }
   if (beyond >= 0 || (found > 0 && found < replicas))
     bad_input("resume: {} holds the parts of a run with {} data-parallel model copies, this job has {}; resume with "
-              "the same number of ranks and --tensor-parallel",
+              "the same number of ranks and the same tensor-parallel size",
               dir.string(), beyond >= 0 ? beyond + 1 : found, replicas);
 }
 
@@ -214,7 +214,7 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
   ProcessGroup& world = *o.job;
   const int replicas = job.replicas(), replica = job.replica();
   if (o.results_path.empty())
-    bad_input("a data-parallel run ({} model copies of {} ranks) needs a results file (sonde batch --output)", replicas,
+    bad_input("a data-parallel run ({} model copies of {} ranks) needs a results file for the ranks' parts", replicas,
               job.tensor_parallel);
   nlohmann::json config = run_config(s, o, prepared);
   config["data_parallel"] = replicas;

@@ -1,3 +1,4 @@
+#include <sonde/capture.h>
 #include <sonde/compute.h>
 #include <sonde/error.h>
 #include <sonde/log.h>
@@ -19,12 +20,14 @@ namespace {
 // --compute: one of <sonde/compute.h>'s modes; int8 is W8A8 and so takes the q8 weights, bf16
 // multiplies bf16 weights and so does not take them.
 void check_compute(const std::string& compute, const std::string& weights) {
+  // Checked here, before a backend sees it, so that every front end gets the same BadInput.
+  if (weights != "native" && weights != "q8") bad_setting("weights", "'{}' is not native or q8", weights);
   const auto c = parse_compute(compute);
-  if (!c) bad_input("compute: '{}' is not f32, bf16 or int8", compute);
+  if (!c) bad_setting("compute", "'{}' is not f32, bf16 or int8", compute);
   if (*c == Compute::int8 && weights != "q8")
-    bad_input("compute: int8 (int8 activations times int8 weights) needs --weights q8, not '{}'", weights);
+    bad_setting("compute", "int8 (int8 activations times int8 weights) needs the q8 weights, not '{}'", weights);
   if (*c == Compute::bf16 && weights == "q8")
-    bad_input("compute: bf16 multiplies bf16 weights; with --weights q8 use --compute int8 or f32");
+    bad_setting("compute", "bf16 multiplies bf16 weights; with the q8 weights use int8 or f32");
 }
 }  // namespace
 
@@ -155,6 +158,13 @@ const Tokenizer* Session::tokenizer() const {
     if (Tokenizer::available(dir_)) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(dir_));
   });
   return tokenizer_.get();
+}
+
+std::vector<HookPoint> Session::hook_points() const {
+  auto h = model_->hook_points();
+  if (info().diffusion())
+    for (auto& s : diffusion_state_hooks()) h.push_back(std::move(s));
+  return h;
 }
 
 }  // namespace sonde

@@ -2,7 +2,6 @@
 // (model-spec §2). Its logits at slot p predict token p+1; the diffusion loop applies the shift.
 #include <decoder_model.h>
 
-#include <sonde/capture.h>
 #include <sonde/error.h>
 #include <sonde/model.h>
 
@@ -19,12 +18,6 @@ class DreamModel final : public common::DecoderModel {
     i.mask_token_id = mask_token_id_;
     i.end_tokens = {"<|endoftext|>", "<|dlm_pad|>"};  // model-spec §3.5
     return i;
-  }
-  // The decoder's hooks plus the diffusion loop's state (design §4), filled by the capture.
-  std::vector<HookPoint> hook_points() const override {
-    auto h = common::DecoderModel::hook_points();
-    for (auto& s : diffusion_state_hooks()) h.push_back(std::move(s));
-    return h;
   }
   void configure(const ModelConfig& c) override {
     spec_ = common::DecoderSpec::from_config(c, /*causal=*/false);

@@ -7,7 +7,6 @@
 // The config's variant switches this forward does not implement are refused, never ignored.
 #include <decoder_model.h>
 
-#include <sonde/capture.h>
 #include <sonde/error.h>
 #include <sonde/model.h>
 
@@ -29,11 +28,6 @@ class LladaModel final : public common::DecoderModel {
     i.mask_token_id = mask_token_id_;
     i.end_tokens = {"<|endoftext|>", "<|eot_id|>"};  // LLaDA's eos (126081) and end of turn (126348)
     return i;
-  }
-  std::vector<HookPoint> hook_points() const override {
-    auto h = common::DecoderModel::hook_points();
-    for (auto& s : diffusion_state_hooks()) h.push_back(std::move(s));
-    return h;
   }
   void configure(const ModelConfig& c) override {
     const std::string file = (c.dir / "config.json").string();

@@ -271,7 +271,7 @@ TEST_F(Commands, ForwardRecordsItsComputeMode) {
   EXPECT_GT(int8_vs_exact, 1e-3 * scale);
   EXPECT_TRUE(one_line_error(run({"forward", "--model", model_.string(), "--ids", "1,2", "--out", (dir_ / "x.h5").string(),
                                   "--compute", "int8"}),
-                             "forward", {"int8", "--weights q8"}, {"needs"}));
+                             "forward", {"--compute", "int8", "q8 weights"}, {"needs"}));
   EXPECT_TRUE(one_line_error(run({"forward", "--model", model_.string(), "--ids", "1,2", "--out", (dir_ / "x.h5").string(),
                                   "--compute", "fp8"}),
                              "forward", {"fp8"}, {"not"}));

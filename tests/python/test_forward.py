@@ -1,6 +1,7 @@
 """run_with_cache against the CLI's `forward` file and ../shared/golden; arrays and errors."""
 
 import gc
+import os
 
 import h5py
 import numpy as np
@@ -160,3 +161,13 @@ def test_compute_modes(models):
     with pytest.raises(sonde.BadInput, match="q8"):
         sonde.Model(models["qwen2"], compute="int8")
     assert sonde.Model(models["qwen2"], weights="q8", compute="int8").compute == "int8"
+
+
+def test_front_end_errors_are_bad_input(models, tmp_path):
+    """The rough edges issue 29 lists: each is sonde.BadInput naming the setting and the value."""
+    with pytest.raises(sonde.BadInput, match="inputs is an empty list"):
+        sonde.Model(models["qwen2"]).run_with_cache([])
+    with pytest.raises(sonde.BadInput, match=r"weights: 'q4' is not native or q8"):
+        sonde.Model(models["qwen2"], weights="q4")
+    with pytest.raises(sonde.BadInput, match="is a file, not a model directory"):
+        sonde.Model(os.path.join(models["qwen2"], "config.json"))

@@ -63,6 +63,25 @@ def test_diffusion_equals_cli_every_alg(models, alg, temperature):
     assert_same(gen, cli_generate(models["dream"], PROMPTS, *flags), history=True)
 
 
+@pytest.mark.parametrize("settings", [
+    dict(diffusion_mode="block", block_size=4, steps=8),
+    dict(diffusion_mode="dual-cache", block_size=4, alg="confidence_threshold", threshold=0.5),
+    dict(diffusion_mode="block-cache", block_size=4, tokens_per_step=2, refresh_every=2),
+])
+def test_diffusion_modes_as_keywords_equal_cli(models, settings):
+    """Every diffusion setting is a keyword of generate(), as the CLI's flag of the same name."""
+    model = sonde.Model(models["dream"])
+    flags = ["--history", "--max-new-tokens", "8"]
+    for k, v in settings.items():
+        flags += [f"--{k.replace('_', '-')}", str(v)]
+    gen = model.generate(PROMPTS, max_new_tokens=8, history=True, **settings)
+    assert_same(gen, cli_generate(models["dream"], PROMPTS, *flags), history=True)
+    # The keyword is not ignored: the same call in the exact mode commits in another order.
+    exact = model.generate(PROMPTS, max_new_tokens=8, history=True,
+                           **{k: v for k, v in settings.items() if k == "steps"})
+    assert [[h.tolist() for h in r] for r in gen.history] != [[h.tolist() for h in r] for r in exact.history]
+
+
 def test_stream_yields_the_tokens_and_steps(models):
     ar = sonde.Model(models["qwen2"])
     events = list(ar.generate_stream(PROMPTS, max_new_tokens=6, temperature=0.8, seed=2))

@@ -16,10 +16,11 @@ Finished = namedtuple("Finished", "result")
 # Row kinds of the `kind` column (docs/hooks.md#row-kinds).
 ROW_KINDS = {0: "prompt", 1: "generated", 2: "special", 3: "masked", 4: "committed"}
 
-_SETTINGS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "stop", "steps",
-             "alg", "eps", "alg_temp")
-# Settings of a submitted request beyond generate()'s keywords (a dataset line's keys).
+# The diffusion modes' settings (a dataset line's keys; submit() takes them as **settings).
 _MORE_SETTINGS = ("diffusion_mode", "block_size", "tokens_per_step", "refresh_every", "threshold")
+# Every generation setting: generate()'s keywords, generate_stream's and batch()'s defaults.
+_SETTINGS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "stop", "steps",
+             "alg", "eps", "alg_temp") + _MORE_SETTINGS
 
 
 class Tokenizer:
@@ -219,6 +220,8 @@ class Model:
         The arrays own their memory: they outlive the model.
         """
         reqs, many = _requests(inputs)
+        if not reqs:
+            raise _sonde.BadInput("run_with_cache: inputs is an empty list: give a prompt, token ids or a list of them")
         options = {"kind": "forward", "command": "forward", "memory": True,
                    "capture": {"hooks": hooks or "", "storage": storage}}
         logits, parts = [], []
@@ -244,18 +247,23 @@ class Model:
 
     def generate(self, prompts, max_new_tokens=None, temperature=None, top_p=None, top_k=None,
                  repetition_penalty=None, stop=None, steps=None, alg=None, eps=None, alg_temp=None, seed=0,
-                 hooks=None, positions="all", capture="commit", storage="f32", batch_size=0, history=False):
+                 hooks=None, positions="all", capture="commit", storage="f32", batch_size=0, history=False,
+                 diffusion_mode=None, block_size=None, threshold=None, tokens_per_step=None, refresh_every=None):
         """Generates from each prompt with the model's decoding (autoregressive for Qwen2, masked
         diffusion for Dream), as `sonde generate` does; returns a Generation.
 
         Settings left None take generation_config.json's value, then the family's default
-        (docs/generation.md). Diffusion: steps, alg (origin, maskgit_plus, topk_margin, entropy),
-        eps, alg_temp. seed: prompt i uses seed + i. hooks/positions/capture/storage choose what is
-        captured (docs/capture.md); batch_size: prompts per micro-batch (0: all at once).
+        (docs/generation.md). Diffusion: steps, alg (origin, maskgit_plus, topk_margin, entropy,
+        confidence_threshold), eps, alg_temp, diffusion_mode (exact, block, block-cache,
+        dual-cache), block_size, threshold, tokens_per_step, refresh_every: the command line's
+        --diffusion-mode, --block-size, --threshold, --tokens-per-step, --refresh-every.
+        seed: prompt i uses seed + i. hooks/positions/capture/storage choose what is captured
+        (docs/capture.md); batch_size: prompts per micro-batch (0: all at once).
         """
         settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                         repetition_penalty=repetition_penalty, stop=stop, steps=steps, alg=alg, eps=eps,
-                        alg_temp=alg_temp)
+                        alg_temp=alg_temp, diffusion_mode=diffusion_mode, block_size=block_size,
+                        threshold=threshold, tokens_per_step=tokens_per_step, refresh_every=refresh_every)
         reqs, options = self._generate_call(prompts, seed, hooks, positions, capture, storage, batch_size,
                                             history, settings)
         return Generation(self._run(reqs, options))

@@ -418,7 +418,7 @@ PYBIND11_MODULE(_sonde, m) {
       .def_property_readonly("config_json", [](Loaded& e) { return e.session->config().raw_json; })
       .def_property_readonly("arch", [](Loaded& e) { return e.session->info().arch; })
       .def_property_readonly("diffusion",
-                             [](Loaded& e) { return e.session->info().decoding == DecodingKind::MaskedDiffusion; })
+                             [](Loaded& e) { return e.session->info().diffusion(); })
       .def_property_readonly("backend", [](Loaded& e) { return e.session->backend_name(); })
       .def_property_readonly("compute", [](Loaded& e) { return e.session->compute(); })
       .def_property_readonly("model_dir", [](Loaded& e) { return e.session->model_dir().string(); })

@@ -137,7 +137,7 @@ std::unique_ptr<Submitted> submit(std::shared_ptr<Loaded> model, const std::stri
   auto out = std::make_unique<Submitted>();
   out->model = model;
   out->id = q.id;
-  out->diffusion = s.info().decoding == DecodingKind::MaskedDiffusion;
+  out->diffusion = s.info().diffusion();
   const std::int64_t P = static_cast<std::int64_t>(q.prompt.size());
   const std::int64_t new_tokens = out->diffusion ? q.diffusion.max_new_tokens : q.ar.max_new_tokens;
 

@@ -16,7 +16,7 @@ namespace sonde::serve {
 
 Service::Service(Session& s, Engine& e, const ServeConfig& c) : session(s), engine(e), config(c) {
   const Tokenizer* tok = s.tokenizer();
-  traits.diffusion = s.info().decoding == DecodingKind::MaskedDiffusion;
+  traits.diffusion = s.info().diffusion();
   traits.tokenizer = tok != nullptr;
   traits.chat_template = tok && !tok->chat_template().empty();
   traits.vocab_size = s.config().vocab_size;

@@ -16,7 +16,7 @@ namespace sonde {
 class RunModel;
 
 struct EditSpec {
-  std::string where;      // for messages: "--edits e.json: edit 2", "--steer"
+  std::string where;      // for messages: "e.json: edit 2", "steer 'HOOK=v.npy*4'"
   std::string hook;       // a selection (hooks.h): name, alias, glob or range; each match is edited
   std::string op;         // add, scale, zero, mean, project_out, clamp, patch, host
   std::string source;     // add: the vector; project_out, clamp: the direction (FILE.npy or

@@ -38,6 +38,9 @@ struct ModelInfo {
   std::vector<std::string> past_k, past_v, new_k, new_v;
   // The kv heads a layer's cache holds here: a tensor-parallel shard's (0: config.json's).
   std::int64_t cache_kv_heads = 0;
+
+  // Front ends ask this, not which DecodingKind: one place decides what counts as diffusion.
+  bool diffusion() const { return decoding == DecodingKind::MaskedDiffusion; }
 };
 
 // A row dimension that is the number of keys the query attends over (attn.hook_pattern): it

@@ -59,7 +59,9 @@ class Session {
 
   const ModelConfig& config() const { return config_; }
   const ModelInfo& info() const { return info_; }
-  std::vector<HookPoint> hook_points() const { return model_->hook_points(); }
+  // The model's hook points, and for a diffusion model the denoising loop's own state (capture.h's
+  // diffusion_state_hooks: the loop, in core, fills them, so no model plugin lists them).
+  std::vector<HookPoint> hook_points() const;
   Backend& backend() { return *backend_; }
   std::string backend_name() const { return backend_->info().name; }
   // The Linear ops' compute precision (--compute): "f32", "bf16" or "int8"; every output file
