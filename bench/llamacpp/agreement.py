@@ -113,8 +113,9 @@ def main() -> None:
     print(f"|{'-' * 24}|{'-' * 24}|---------------|----------|--------------|")
     for r in rows:
         mark = " *" if r.get("checked") else ""
+        eq = f"{r['argmax_equal']}/{n}{mark}"
         print(f"| {r['logits']:<22} | {r['against']:<22} | {r['norm_max_err']:13.2e} | {r['rel_rms']:8.2e} | "
-              f"{r['argmax_equal']:>5}/{n:<4}{mark:>3} |")
+              f"{eq:>12} |")
     a.json.write_text(json.dumps({"ids": ids.tolist(), "min_argmax": a.min_argmax, "rows": rows,
                                   "failed": failed}, indent=1))
     if failed:

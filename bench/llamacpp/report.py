@@ -52,7 +52,6 @@ def load(out: Path):
             per[(eng, name)][r] = v
             if eng == "sonde":
                 raw[(eng, name, r)] = json.loads(text.strip().splitlines()[-1])
-    disturbed = {}
     log = out / "log.jsonl"
     entries = [json.loads(l) for l in log.read_text().splitlines() if l.strip()] if log.exists() else []
     return per, raw, entries
@@ -111,11 +110,15 @@ def main() -> None:
     print(f"CPU: {cpu.get('model_name', '?')} (family {cpu.get('family', '?')} model {cpu.get('model', '?')}, "
           f"{cpu.get('cores', '?')} cores); flags: {' '.join(cpu.get('flags', []))}; "
           f"absent: {' '.join(cpu.get('absent', [])) or '-'}")
-    print(f"llama.cpp {meta.get('llama_commit', '?')}; {meta.get('sonde_version', 'sonde')} ({meta.get('sonde', '')}, "
+    print(f"llama.cpp {meta.get('llama_commit', '?')}; {meta.get('sonde_version', 'sonde')} ({meta.get('sonde', '')}, built {meta.get('sonde_built', '?')}, "
           f"backend {meta.get('sonde_backend', '?')}); {meta.get('threads', '?')} threads; "
-          f"{meta.get('rounds', '?')} rounds x {meta.get('repeat', '?')} timed runs; llama.cpp n_ubatch "
+          f"rounds: {meta.get('rounds', '?')}, timed runs per command: {meta.get('repeat', '?')}; llama.cpp n_ubatch "
           f"{'= the prompt' if meta.get('ubatch', 'n') == 'n' else meta.get('ubatch')}; "
           f"load {meta.get('load_at_start', '?')} at the start, {meta.get('load_at_end', '?')} at the end")
+    isas = sorted({str(j.get("isa")) for j in raw.values()})
+    commits = sorted({t[0].get("build_commit", "?") for f in (out / "raw").glob("r*_llama_*.out")
+                      for t in [json_list(f)] if t})
+    print(f"sonde kernels (bench's isa): {', '.join(isas) or '?'}; llama-bench build_commit: {', '.join(commits) or '?'}")
     print(f"decode against llama.cpp: {'llama-bench -p 0 -n %s -d %s' % (dt, dd) if depth_ok else 'the harness (%s single-token decodes after a %s-token prompt; this llama-bench has no -d)' % (dt, dd)}")
     print()
     print("ratio sonde / llama.cpp: median over rounds (min-max of the per-round ratios); > 1 is sonde faster; ! = a disturbed command")
@@ -145,8 +148,8 @@ def main() -> None:
     print("| workload | " + " | ".join(c[0] for c in cols) + " |")
     print("|---|" + "---|" * len(cols))
     summary_ts = {}
-    work = [(f"prefill {n}, last logit", f"pp_last", n) for n in lengths] + \
-           [(f"prefill {n}, all logits", f"pp_all", n) for n in lengths]
+    work = [(f"prefill {n}, last logit", "pp_last", n) for n in lengths] + \
+           [(f"prefill {n}, all logits", "pp_all", n) for n in lengths]
     for label, pre, n in work:
         line = []
         for cname, eng, pat in cols:
@@ -182,6 +185,20 @@ def main() -> None:
         summary_ts[f"dream step | sonde {m}"] = {**stats(per[key]), "seconds": s, "disturbed": bool(mark)}
         print(f"| {m} | {s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f}){mark} | {statistics.median(per[key].values()):.1f} |")
 
+    agree = json.loads((out / "agreement" / "agreement.json").read_text()) \
+        if (out / "agreement" / "agreement.json").exists() else None
+    if agree:
+        print()
+        print(f"logits agreement before timing ({len(agree['ids'])} random ids, every position; "
+              f"bound: argmax equal at >= {agree['min_argmax']:.0%} of the checked pairs' positions): "
+              + ("PASS" if not agree["failed"] else "FAILED: " + "; ".join(agree["failed"])))
+        print()
+        print("| logits | against | norm. max err | rel. RMS | argmax equal |")
+        print("|---|---|---|---|---|")
+        for r in agree["rows"]:
+            print(f"| {r['logits']} | {r['against']}{' (checked)' if r.get('checked') else ''} | "
+                  f"{r['norm_max_err']:.2e} | {r['rel_rms']:.2e} | {r['argmax_equal']}/{r['positions']} |")
+
     print()
     n_bad = [e for e in entries if e["tag"] in bad]
     print(f"{len(n_bad)} of {len(entries)} timed commands ran beside more than {a.disturbed} s of other processes' "
@@ -191,8 +208,17 @@ def main() -> None:
         print(f"  {e['tag']}: rc {e['rc']}, foreign {e['foreign_cpu']} s in {e['seconds']} s, load "
               f"{e['load_before']} -> {e['load_after']}; {top}")
     (out / "summary.json").write_text(json.dumps({"meta": meta, "ratios": summary_ratios, "tokens_per_s": summary_ts,
-                                                  "disturbed": sorted(bad)}, indent=1))
+                                                  "agreement": agree, "disturbed": sorted(bad)}, indent=1))
     print(f"\nwrote {out / 'summary.json'}")
+
+
+def json_list(f: Path) -> list:
+    """llama-bench's -o json output (a list of tests), or [] for anything else."""
+    try:
+        j = json.loads(f.read_text())
+    except (json.JSONDecodeError, OSError):
+        return []
+    return j if isinstance(j, list) else []
 
 
 def cell(per, key, bad_keys, summary, label) -> str:

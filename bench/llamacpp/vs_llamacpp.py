@@ -129,17 +129,50 @@ def llama_commit(src: Path) -> str:
     try:
         h = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
                            check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
+        # The worktree's files against HEAD's blob ids (hashing them: works in blobless or partial clones too).
+        tree = subprocess.run(["git", "-C", str(src), "ls-tree", "-r", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.splitlines()
+        blobs = {line.split("\t", 1)[1]: line.split()[2] for line in tree if line.split()[1] == "blob"
+                 and not line.startswith("120000")}
+        present = [f for f in blobs if (src / f).is_file()]
+        hashes = subprocess.run(["git", "-C", str(src), "hash-object", "--no-filters", "--stdin-paths"],
+                                input="\n".join(present) + "\n", capture_output=True, text=True,
+                                check=True).stdout.split()
+        differ = sum(blobs[f] != h for f, h in zip(present, hashes))
+        missing = [f for f in blobs if not (src / f).is_file()]
+        state = f", the worktree's {len(present)} files equal HEAD's" if not differ else \
+            f", {differ} of {len(present)} tracked files differ from HEAD"
+        if missing:
+            state += f", {len(missing)} absent ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})"
         date = subprocess.run(["git", "-C", str(src), "log", "-1", "--format=%cs"], capture_output=True,
                               text=True).stdout.strip()
-        return f"{h} ({date}{', modified' if dirty else ''})"
+        return f"{h} ({date}{state})"
     except (subprocess.CalledProcessError, FileNotFoundError):
         return "unknown (not a git checkout)"
 
 
+def builds_running_in(build: Path) -> list[str]:
+    """Processes working in the build directory (a ninja or make of someone else's build)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            cwd = Path(os.readlink(f"/proc/{d}/cwd"))
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if (cwd == build or build in cwd.parents) and re.search(r"\b(ninja|make|cmake)\b", cmd):
+            found.append(f"pid {d}: {cmd[:80]}")
+    return found
+
+
 def build_llama(src: Path, build: Path, jobs: int) -> None:
     bins = [build / "bin" / "llama-bench", build / "bin" / "llama-quantize"]
+    running = builds_running_in(build)
+    if running:
+        raise SystemExit(f"vs_llamacpp: a build is running in {build} ({running[0]}); wait until it ends "
+                         "or give another --build-dir")
     if all(b.exists() for b in bins):
         say(f"llama.cpp: using the existing build in {build}")
         return
@@ -160,14 +193,18 @@ def build_harness(src: Path, build: Path, out: Path) -> None:
     backends = sorted(p for n, p in found.items() if n.startswith("libggml-") and n != "libggml-base.a")
     libs = [found["libllama.a"], found["libggml.a"], *backends, found["libggml-base.a"]]
     source = HERE / "harness.cpp"
-    if out.exists() and all(out.stat().st_mtime > p.stat().st_mtime for p in [source, *libs]):
-        return
     header = (src / "include" / "llama.h").read_text()
     defs = [d for d, key in (("-DHARNESS_MEMORY_API", "llama_memory_clear"), ("-DHARNESS_KV_SELF", "llama_kv_self_clear"),
                              ("-DHARNESS_FA_TYPE", "flash_attn_type")) if key in header]
+    # What the harness was built from (another build directory's libraries mean another harness).
+    made_from = json.dumps({"defs": defs, "files": [[str(p), p.stat().st_mtime] for p in [source, *libs]]})
+    stamp = out.with_name(out.name + ".from.json")
+    if out.exists() and stamp.exists() and stamp.read_text() == made_from:
+        return
     run([os.environ.get("CXX", "g++"), "-O2", "-std=c++17", *defs, f"-I{src / 'include'}",
          f"-I{src / 'ggml' / 'include'}", source, "-o", out, "-Wl,--start-group", *libs, "-Wl,--end-group",
          "-fopenmp", "-lpthread", "-ldl", "-lm"])
+    stamp.write_text(made_from)
 
 
 def bench_supports_depth(bench: Path) -> bool:
@@ -184,10 +221,15 @@ def make_models(a, bench_bin: Path) -> dict:
         run([a.sonde, "make-model", "--arch", "qwen2", "--preset", "qwen2.5-0.5b", "--dtype", "bf16", "--seed", "0",
              "--out", q05, "--force"])
     bf16, q8 = w / "q05-BF16.gguf", w / "q05-Q8_0.gguf"
+    verified = w / "q05-BF16.gguf.verified"  # written once the GGUF matched the safetensors byte for byte
     if not bf16.exists() or bf16.stat().st_mtime < (q05 / "model.safetensors").stat().st_mtime:
         run([PY, HERE / "gguf_convert.py", q05, bf16], env=env)  # converts, then verifies
-    else:
+        verified.write_text(f"{bf16} equals {q05 / 'model.safetensors'}\n")
+    elif not verified.exists() or verified.stat().st_mtime < bf16.stat().st_mtime:
         run([PY, HERE / "gguf_convert.py", "--verify", q05, bf16], env=env)
+        verified.write_text(f"{bf16} equals {q05 / 'model.safetensors'}\n")
+    else:
+        say(f"{bf16}: converted and verified byte for byte earlier ({verified})")
     if not q8.exists() or q8.stat().st_mtime < bf16.stat().st_mtime:
         run([bench_bin / "llama-quantize", bf16, q8, "Q8_0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     dream = w / f"dream-{a.dream_preset}"
@@ -317,7 +359,7 @@ def main() -> None:
             "ubatch": a.ubatch, "decode_tokens": a.decode_tokens, "decode_depth": a.decode_depth,
             "llama_bench_depth": has_depth, "dream_preset": a.dream_preset, "dream_tokens": a.dream_tokens,
             "llama_src": str(a.llama_src), "llama_commit": commit, "sonde": str(a.sonde),
-            "sonde_version": sonde_version, "sonde_backend": a.sonde_backend, "quick": a.quick,
+            "sonde_version": sonde_version, "sonde_built": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(a.sonde.stat().st_mtime)), "sonde_backend": a.sonde_backend, "quick": a.quick,
             "load_at_start": loadavg(), "min_argmax": a.min_argmax, "modes": {m: " ".join(f) for m, (f, _) in MODES.items()},
             "compared_with": {m: g for m, (_, g) in MODES.items()}}
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
