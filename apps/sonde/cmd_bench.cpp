@@ -212,6 +212,8 @@ std::vector<ByteRange> decode_weight_ranges(Session& s) {
 
 // read_bytes: what the decode bound's streaming read covers (0 when there is no bound).
 nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<RunTime> runs, std::uint64_t read_bytes) {
+  std::vector<double> samples;  // in the order run, as llama-bench's samples: the spread is visible
+  for (const auto& r : runs) samples.push_back(r.seconds);
   std::sort(runs.begin(), runs.end(), [](const RunTime& a, const RunTime& b) { return a.seconds < b.seconds; });
   const double best = runs.front().seconds, median = runs[runs.size() / 2].seconds;
   const double work = static_cast<double>(o.tokens * o.batch);
@@ -222,6 +224,7 @@ nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<Run
   j["median_seconds"] = median;
   j["median_tokens_per_s"] = median > 0 ? work / median : 0.0;
   j["repeat"] = o.repeat;
+  j["samples_seconds"] = samples;
   if (o.mode != "prefill") j["prompt_tokens"] = o.prompt_tokens;
   if (o.mode == "prefill") {
     // Every run's head covered the same rows (one plan); "all" only when it ran at every position.
@@ -238,6 +241,9 @@ nlohmann::ordered_json report(Session& s, const BenchOptions& o, std::vector<Run
   j["weight_bytes"] = s.weights().total_bytes();
   j["backend_weight_bytes"] = backend_weight_bytes(s);
   j["isa"] = host::widest_isa();
+  // Which kernels ran (the threaded backend names its f32 ISA and its bf16/int8 table here), so
+  // a comparison can show it is like for like.
+  j["backend_description"] = info.description;
   if (runs.front().read_seconds > 0) {
     // fraction = (time to stream the step's weights once) / (time per generated token)
     const auto fraction = [&](const RunTime& r) { return r.read_seconds * static_cast<double>(o.tokens) / r.seconds; };

@@ -7,6 +7,7 @@
 #include "tiny_model_suite.h"
 #include "test_paths.h"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -52,6 +53,13 @@ class Bench : public TwoFamilySuite {
     // The median of the repeats is never faster than the best.
     ASSERT_TRUE(j.contains("median_seconds"));
     EXPECT_GE(j["median_seconds"].get<double>(), s);
+    // Every timed run, in order: the best is their minimum, the median their middle.
+    ASSERT_TRUE(j.contains("samples_seconds")) << j.dump();
+    auto samples = j["samples_seconds"].get<std::vector<double>>();
+    ASSERT_EQ(static_cast<std::int64_t>(samples.size()), j["repeat"].get<std::int64_t>());
+    std::sort(samples.begin(), samples.end());
+    EXPECT_EQ(samples.front(), s);
+    EXPECT_EQ(samples[samples.size() / 2], j["median_seconds"].get<double>());
   }
 
 };
@@ -65,6 +73,20 @@ TEST_F(Bench, PrefillJsonHasEveryField) {
       EXPECT_EQ(j["threads"].get<int>(), 1);
     }
   }
+}
+
+// A comparison must show which kernels ran: the backend's own description, with the compute
+// mode's kernel table for bf16 (one the host has: `sonde plugins` lists the threaded backend's).
+TEST_F(Bench, JsonNamesTheKernelsThatRan) {
+  const json f32 = bench_json(qwen_, {"--mode", "prefill", "--tokens", "8", "--repeat", "1", "--threads", "1"});
+  const json bf16 = bench_json(qwen_, {"--mode", "prefill", "--tokens", "8", "--repeat", "1", "--threads", "1",
+                                       "--compute", "bf16"});
+  ASSERT_TRUE(f32.contains("backend_description") && bf16.contains("backend_description"));
+  const std::string d32 = f32["backend_description"], d16 = bf16["backend_description"];
+  EXPECT_NE(d32.find("compute f32"), std::string::npos) << d32;
+  EXPECT_EQ(d32.find(" kernels)"), std::string::npos) << d32;  // no low-precision table in f32
+  EXPECT_NE(d16.find("compute bf16 ("), std::string::npos) << d16;
+  EXPECT_NE(d16.find(" kernels)"), std::string::npos) << d16;
 }
 
 TEST_F(Bench, DecodeJsonHasEveryFieldAndExcludesThePrefill) {
