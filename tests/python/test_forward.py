@@ -171,3 +171,14 @@ def test_front_end_errors_are_bad_input(models, tmp_path):
         sonde.Model(models["qwen2"], weights="q4")
     with pytest.raises(sonde.BadInput, match="is a file, not a model directory"):
         sonde.Model(os.path.join(models["qwen2"], "config.json"))
+
+
+def test_misspelt_settings_and_options_are_refused_with_the_closest_name(models):
+    """A misspelt key is refused, never dropped: in a prompt's settings and in the call's options."""
+    model = sonde.Model(models["qwen2"])
+    with pytest.raises(sonde.BadInput, match='unknown field "temprature"; did you mean: temperature'):
+        model.generate([{"ids": [1, 2], "temprature": 0.5}], max_new_tokens=2)
+    with pytest.raises(sonde.BadInput, match='unknown option "capure"; did you mean: capture'):
+        model._run([{"ids": [1, 2]}], {"kind": "forward", "capure": {}})
+    with pytest.raises(sonde.BadInput, match='unknown option "hook"; did you mean: hooks'):
+        model._run([{"ids": [1, 2]}], {"kind": "forward", "capture": {"hook": "blocks.0.hook_resid_post"}})

@@ -1,7 +1,10 @@
 #include "options.h"
 
+#include <algorithm>
+
 #include <sonde/edit_spec.h>
 #include <sonde/error.h>
+#include <sonde/hooks.h>
 
 namespace sonde::py {
 namespace {
@@ -29,7 +32,20 @@ Request parse_request(const json& j, std::size_t index) {
   return r;
 }
 
+// The option keys this layer reads: any other is refused, with the closest names, instead of being
+// dropped without a word (a misspelt option would otherwise change nothing and say nothing).
+void check_keys(const json& o, const std::vector<std::string>& known, const char* what) {
+  if (!o.is_object()) bad_input("{}: expected a JSON object, got {}", what, o.dump());
+  for (const auto& [key, value] : o.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string hint;
+    for (const auto& c : closest_names(key, known, 2)) hint += (hint.empty() ? "" : ", ") + c;
+    bad_input("{}: unknown option \"{}\"; did you mean: {}", what, key, hint);
+  }
+}
+
 CaptureSettings parse_capture(const json& j) {
+  check_keys(j, {"hooks", "positions", "diffusion_capture", "storage", "compress"}, "capture");
   CaptureSettings c;
   c.hooks = j.value("hooks", "");
   c.positions = j.value("positions", "all");
@@ -48,6 +64,11 @@ CallSpec parse_call(const std::string& requests_json, const std::string& options
     const json reqs = json::parse(requests_json);
     for (std::size_t i = 0; i < reqs.size(); ++i) c.requests.push_back(parse_request(reqs[i], i));
     const json o = json::parse(options_json);
+    check_keys(o,
+               {"kind", "command", "defaults", "seed", "batch_size", "use_kv_cache", "capture", "sinks", "results_path",
+                "resume", "durable", "record_history", "keep_results", "checkpoint_every", "checkpoint_seconds",
+                "skip_bad", "dataset", "memory", "stream", "progress", "stop_mid_batch", "edits"},
+               "options");
     RunOptions& r = c.options;
     r.kind = o.value("kind", "generate") == "forward" ? RunKind::Forward : RunKind::Generate;
     r.command = o.value("command", "python");
