@@ -51,11 +51,22 @@ struct BatchOptions {
   GenerationSettings defaults;  // generation options given on the command line
 };
 
+// Where the run writes and whether it may replace or continue what is there: the same for the
+// check before the model loads and for the run itself.
+void set_outputs(const BatchOptions& o, RunOptions& ro) {
+  if (!o.acts.empty()) ro.sinks.push_back(SinkSpec{"hdf5", o.acts, o.overwrite, nullptr});
+  if (!o.stats.empty()) ro.sinks.push_back(SinkSpec{"stats", o.stats, o.overwrite, nullptr});
+  ro.results_path = o.output;
+  ro.resume = o.resume;
+  ro.overwrite = o.overwrite;
+}
+
 void check_outputs(const BatchOptions& o) {
-  if (o.resume && o.overwrite) bad_input("--resume and --overwrite exclude each other");
-  for (const auto& [flag, path] : {std::pair{"--output", o.output}, std::pair{"--acts", o.acts}, std::pair{"--stats", o.stats}})
-    if (!path.empty() && std::filesystem::exists(path) && !o.resume && !o.overwrite)
-      bad_input("{}: {} exists (use --resume to continue that run or --overwrite to replace it)", flag, path);
+  // core's policy (run.h, check_outputs), its settings named by our flags
+  RunOptions ro;
+  set_outputs(o, ro);
+  as_flags({{"resume", "--resume"}, {"output", "--output"}, {"hdf5", "--acts"}, {"stats", "--stats"}},
+           [&] { sonde::check_outputs(ro); });
   if (!o.acts.empty() && std::filesystem::absolute(o.acts) == std::filesystem::absolute(o.output))
     bad_input("--acts and --output are the same file {}", o.output);
   // An output that cannot be created is refused before the model loads and before anything is
@@ -95,11 +106,8 @@ int run_batch(BatchOptions o) {
   ro.skip_bad = o.skip_bad;
   ro.capture = o.capture;
   ro.edits = edit_specs(o.edits);
-  if (!o.acts.empty()) ro.sinks.push_back(SinkSpec{"hdf5", o.acts, o.overwrite, nullptr});
-  if (!o.stats.empty()) ro.sinks.push_back(SinkSpec{"stats", o.stats, o.overwrite, nullptr});
-  ro.results_path = o.output;
+  set_outputs(o, ro);
   ro.dataset_path = o.input;
-  ro.resume = o.resume;
   ro.durable = o.durable;
   ro.checkpoint_every = o.checkpoint_every;
   ro.checkpoint_seconds = o.checkpoint_seconds;

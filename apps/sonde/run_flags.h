@@ -1,4 +1,6 @@
 #pragma once
+#include <initializer_list>
+#include <utility>
 // The command-line flags of a run shared by forward, generate and batch: capture settings and
 // generation settings, parsed into the run layer's types (sonde/run.h). Errors name the flag.
 #include "app_common.h"
@@ -20,6 +22,18 @@ void as_flag(const char* flag, F&& check) {
   } catch (const Error& e) {
     if (e.setting().empty()) throw;
     throw Error(e.kind(), fmt::format("{}: {}", flag, e.detail()));
+  }
+}
+
+// As as_flag, for a check that may name one of several settings: each named by its flag.
+template <typename F>
+void as_flags(std::initializer_list<std::pair<const char*, const char*>> flags, F&& check) {
+  try {
+    check();
+  } catch (const Error& e) {
+    for (const auto& [setting, flag] : flags)
+      if (e.setting() == setting) throw Error(e.kind(), fmt::format("{}: {}", flag, e.detail()));
+    throw;
   }
 }
 

@@ -306,6 +306,9 @@ void generate_all(RunModel& s, const std::vector<PreparedRequest>& list, const C
 
 RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOptions& o) {
   o.capture.check();
+  // On several ranks the front end checked before any rank wrote; here another rank's files may
+  // already be there.
+  if (!o.job || o.job->size() <= 1) check_outputs(o);
   if (o.kind == RunKind::Forward && requests.size() != 1)
     bad_input("a forward pass runs one request, got {}", requests.size());
   const auto note = [&](const std::string& m) {

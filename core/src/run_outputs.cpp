@@ -237,4 +237,14 @@ RunMetadata output_metadata(const RunModel& model, const nlohmann::json& run_con
   return run_detail::run_metadata(model, run_config, storage_dtype);
 }
 
+void check_outputs(const RunOptions& o) {
+  if (o.resume && o.overwrite) bad_setting("resume", "resume and overwrite exclude each other");
+  if (o.resume) return;  // what exists is continued (and checked against the run when opened)
+  if (!o.results_path.empty() && !o.overwrite && std::filesystem::exists(o.results_path))
+    bad_setting("output", "{} exists (resume to continue that run, or overwrite to replace it)", o.results_path);
+  for (const auto& s : o.sinks)
+    if (!s.path.empty() && !s.overwrite && std::filesystem::exists(s.path))
+      bad_setting(s.name.c_str(), "{} exists (resume to continue that run, or overwrite to replace it)", s.path);
+}
+
 }  // namespace sonde

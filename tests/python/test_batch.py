@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import sonde
-from conftest import sonde_cli
+from conftest import sonde_cli, sonde_cli_error
 
 LINES = [
     {"id": "a", "prompt": "def add(a, b):"},
@@ -46,6 +46,32 @@ def test_batch_equals_cli(models, dataset, tmp_path, capsys):
         assert f"sonde batch: {len(LINES)}/{len(LINES)} prompts" in err
     with pytest.raises(sonde.BadInput, match="exists"):
         sonde.batch(models["qwen2"], dataset, out, max_new_tokens=6, progress=False)
+
+
+def test_overwrite_policy_is_the_clis(models, dataset, tmp_path):
+    """One policy, core's: the same refusals from sonde.batch and `sonde batch`, each naming the
+    output its own way, and the refused run leaves the files as they were."""
+    out, acts = tmp_path / "r.jsonl", tmp_path / "a.h5"
+    out.write_text("keep\n")
+    acts.write_text("keep")
+    cases = [  # (python keywords, CLI flags, what python names, what the CLI names)
+        (dict(), [], "output: ", "--output: "),
+        (dict(acts=acts, hooks=HOOKS, output=tmp_path / "new.jsonl"), ["--acts", acts, "--hooks", HOOKS], "acts: ", "--acts: "),
+        (dict(resume=True, overwrite=True), ["--resume", "--overwrite"], "resume: ", "--resume: "),
+    ]
+    for kw, flags, py_name, cli_name in cases:
+        target = kw.pop("output", out)
+        with pytest.raises(sonde.BadInput) as e:
+            sonde.batch(models["qwen2"], dataset, target, max_new_tokens=2, progress=False, **kw)
+        code, cli = sonde_cli_error("batch", "--model", models["qwen2"], "--input", dataset, "--output", target,
+                                    "--max-new-tokens", "2", *flags)
+        assert code == 2
+        assert str(e.value).startswith(py_name), str(e.value)
+        assert cli.startswith(cli_name), cli
+        assert str(e.value)[len(py_name):] == cli[len(cli_name):]  # the same words after the name
+        assert out.read_text() == "keep\n" and acts.read_text() == "keep"
+    sonde.batch(models["qwen2"], dataset, out, max_new_tokens=2, progress=False, overwrite=True)
+    assert len(out.read_text().splitlines()) == len(LINES)
 
 
 def test_open_dump_reads_a_batch_file(models, dataset, tmp_path):

@@ -6,6 +6,7 @@
 
 #include <sonde/error.h>
 #include <sonde/output_lock.h>
+#include <sonde/results_file.h>
 #include <sonde/run.h>
 #include <sonde/tokenizer.h>
 
@@ -434,7 +435,7 @@ TEST(RunOutputs, AOneShotFileAppearsOnlyWhenTheRunSucceeds) {
     FAIL() << "an existing file was replaced without overwrite";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::BadInput);
-    EXPECT_THAT(e.what(), HasSubstr(out.string() + " already exists"));
+    EXPECT_THAT(e.what(), HasSubstr(out.string() + " exists (resume to continue that run, or overwrite to replace it)"));
   }
 }
 
@@ -461,6 +462,41 @@ TEST(RunOutputs, ASecondWriterOfTheSameOutputsIsRefusedWithTheHoldersPid) {
   std::ofstream(results + ".lock") << "999999";
   o.resume = true;
   EXPECT_NO_THROW(run(m, id_requests({{1}, {2}}), o));
+}
+
+// The overwrite policy is run()'s, so every front end has the same: an existing results file is
+// refused and left as it was, replaced with overwrite, continued with resume; both at once refused.
+TEST(RunOutputs, AnExistingResultsFileIsRefusedUnlessOverwrittenOrResumed) {
+  const fs::path dir = temp_dir();
+  const auto results = (dir / "r.jsonl").string();
+  std::ofstream(results) << "{\"id\": \"someone else's\"}\n";
+  FakeModel m;
+  RunOptions o = greedy(1);
+  o.results_path = results;
+  try {
+    run(m, id_requests({{1}}), o);
+    FAIL() << "an existing results file was truncated";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+    EXPECT_EQ(e.setting(), "output");
+    EXPECT_THAT(e.what(), HasSubstr(results + " exists"));
+  }
+  EXPECT_EQ(read_file(results), "{\"id\": \"someone else's\"}\n");
+  o.resume = o.overwrite = true;
+  try {
+    check_outputs(o);
+    FAIL() << "resume and overwrite were both taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.setting(), "resume");
+  }
+  o.resume = false;
+  run(m, id_requests({{1}}), o);
+  EXPECT_EQ(complete_lines(results).lines, 1);
+  EXPECT_EQ(read_file(results).find("someone else"), std::string::npos);
+  o.overwrite = false;
+  o.resume = true;
+  run(m, id_requests({{1}, {2}}), o);
+  EXPECT_EQ(complete_lines(results).lines, 2);
 }
 
 // ---- the forward kind ----

@@ -1,5 +1,6 @@
 """sonde.batch: a JSONL dataset through the model, as `sonde batch` runs it (committed, resumable)."""
 
+import json
 import os
 import sys
 
@@ -49,24 +50,20 @@ def batch(model, input, output, acts=None, hooks=None, positions="all", capture=
         raise TypeError(f"batch: unknown argument {sorted(unknown)[0]!r}")
     if not isinstance(model, Model):
         model = Model(model)
-    if resume and overwrite:
-        raise _sonde.BadInput("resume and overwrite exclude each other")
     if bool(hooks) != bool(acts):
         raise _sonde.BadInput("hooks and acts go together: give both or neither")
     if not os.path.exists(input):
         raise _sonde.BadInput(f"input: {input} does not exist")
-    for name, path in (("output", output), ("acts", acts)):
-        if path and os.path.exists(path) and not resume and not overwrite:
-            raise _sonde.BadInput(f"{name}: {path} exists (use resume=True to continue that run or overwrite=True "
-                                  "to replace it)")
     options = {"kind": "generate", "command": "batch", "seed": int(seed), "batch_size": int(batch_size),
                "defaults": {k: v for k, v in defaults.items() if v is not None},
                "capture": {"hooks": hooks or "", "positions": positions, "diffusion_capture": capture,
                            "storage": storage, "compress": bool(compress)},
                "sinks": [{"name": "hdf5", "path": str(acts), "overwrite": bool(overwrite)}] if acts else [],
-               "results_path": str(output), "dataset": str(input), "resume": bool(resume), "durable": bool(durable),
+               "results_path": str(output), "dataset": str(input), "resume": bool(resume), "overwrite": bool(overwrite),
+               "durable": bool(durable),
                "checkpoint_every": int(checkpoint_every), "checkpoint_seconds": float(checkpoint_seconds),
                "keep_results": False, "skip_bad": bool(skip_bad_lines), "progress": True, "stop_mid_batch": False}
+    model._engine.check_outputs(json.dumps(options))  # the CLI's policy, from core, before anything runs
     bar = _Progress(progress)
     job = model._start([], options)
     try:

@@ -14,6 +14,7 @@
 #include <sonde/edits.h>
 #include <sonde/error.h>
 #include <sonde/log.h>
+#include <sonde/run.h>
 #include <sonde/session.h>
 #include <sonde/tokenizer.h>
 
@@ -442,6 +443,19 @@ PYBIND11_MODULE(_sonde, m) {
              return apply_chat_template(ms, tokenizer_of(e).chat_template(), add_generation_prompt);
            })
       .def("start", &start, "requests_json"_a, "options_json"_a, "host_hooks"_a = pb::list())
+      // core's overwrite policy (run.h, check_outputs) before a run starts, its settings named as
+      // sonde.batch's keywords
+      .def("check_outputs",
+           [](Loaded&, const std::string& options_json) {
+             const CallSpec c = parse_call("[]", options_json);
+             try {
+               check_outputs(c.options);
+             } catch (const Error& e) {
+               const std::string& s = e.setting();
+               if (s.empty()) throw;
+               throw Error(e.kind(), fmt::format("{}: {}", s == "hdf5" ? "acts" : s, e.detail()));
+             }
+           })
       .def("submit",
            [](std::shared_ptr<Loaded> e, const std::string& request_json, const std::string& options_json) {
              pb::gil_scoped_release nogil;

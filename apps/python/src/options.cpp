@@ -66,7 +66,7 @@ CallSpec parse_call(const std::string& requests_json, const std::string& options
     const json o = json::parse(options_json);
     check_keys(o,
                {"kind", "command", "defaults", "seed", "batch_size", "use_kv_cache", "capture", "sinks", "results_path",
-                "resume", "durable", "record_history", "keep_results", "checkpoint_every", "checkpoint_seconds",
+                "resume", "overwrite", "durable", "record_history", "keep_results", "checkpoint_every", "checkpoint_seconds",
                 "skip_bad", "dataset", "memory", "stream", "progress", "stop_mid_batch", "edits"},
                "options");
     RunOptions& r = c.options;
@@ -82,6 +82,7 @@ CallSpec parse_call(const std::string& requests_json, const std::string& options
       r.sinks.push_back(SinkSpec{s.value("name", "hdf5"), s.at("path").get<std::string>(), s.value("overwrite", false), nullptr});
     r.results_path = o.value("results_path", "");
     r.resume = o.value("resume", false);
+    r.overwrite = o.value("overwrite", false);
     r.durable = o.value("durable", false);
     r.record_history = o.value("record_history", false);
     r.keep_results = o.value("keep_results", true);

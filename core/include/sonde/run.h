@@ -118,6 +118,7 @@ struct RunOptions {
   std::string results_path;
   std::string dataset_path;          // recorded (its sha256) so that a resume checks the input
   bool resume = false, durable = false;
+  bool overwrite = false;            // results_path: replace an existing file (check_outputs)
   bool resume_complete = false;      // resume: outputs already complete are kept, not refused
   std::int64_t checkpoint_every = 64;
   double checkpoint_seconds = 60;
@@ -178,5 +179,12 @@ EngineRequest engine_request(Session& s, const Request& r, const RunOptions& o, 
 // are skipped and listed. Opens every sink only after all requests are prepared.
 RunResult run(Session& session, const std::vector<Request>& requests, const RunOptions& options);
 RunResult run(RunModel& model, const std::vector<Request>& requests, const RunOptions& options);
+
+// The outputs' overwrite policy, one for every front end: an existing results file or sink file
+// is refused (BadInput; setting "output" for the results file, the sink's name for a sink's file)
+// unless the run resumes it or overwrite (RunOptions::overwrite, SinkSpec::overwrite) replaces it;
+// resume and overwrite exclude each other. run() checks it in a one-process run; front ends call it
+// before they load a model, on every rank of a job (no rank has written anything yet then).
+void check_outputs(const RunOptions& options);
 
 }  // namespace sonde
