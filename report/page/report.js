@@ -119,7 +119,7 @@
             color: { field: "state", type: "nominal", scale: { domain: ["masked", "committed earlier", "committed now"], range: ["#d9d9d9", "#9ecae1", "#08519c"] }, title: "slot" },
             description: { field: "desc" }, tooltip: [{ field: "pos" }, { field: "step" }, { field: "state" }, { field: "confidence", format: ".3f" }] } },
           { data: { values: cells.filter((c) => c.confidence !== null) }, mark: { type: "rect" }, encoding: { x, y,
-            color: { field: "confidence", type: "quantitative", scale: { scheme: "viridis", domain: [0, 1] }, title: "commit confidence" },
+            color: { field: "confidence", type: "quantitative", scale: { scheme: "viridis" }, title: "commit confidence" },
             description: { field: "desc" }, tooltip: [{ field: "pos" }, { field: "step" }, { field: "confidence", format: ".3f" }] } },
           { data: { values: stale }, mark: { type: "point", shape: "cross", color: "#e6550d", size: 40, filled: true },
             encoding: { x, y, description: { field: "desc" } } },
@@ -181,16 +181,21 @@
     }
   }
 
-  // Colours from the plotting library's own scheme: low scores dark, high bright.
-  function colour(score, kind) {
-    const t = kind === "log-probability" ? Math.min(1, Math.max(0, 1 + score / 10)) : Math.min(1, Math.max(0, score));
-    return vega.scheme("viridis")(0.15 + 0.85 * t);
+  // Colours from the plotting library's own scheme, low scores dark: log-probabilities from -10
+  // to 0; confidences between the prompt's lowest and highest (an algorithm's confidence may be a
+  // probability, a margin or a negative entropy).
+  function scaler(scored, kind) {
+    if (kind === "log-probability") return (x) => Math.min(1, Math.max(0, 1 + x / 10));
+    const xs = scored.map((t) => t.score), lo = Math.min(...xs), hi = Math.max(...xs);
+    return (x) => (hi > lo ? (x - lo) / (hi - lo) : 1);
   }
+  const colour = (t) => vega.scheme("viridis")(0.15 + 0.85 * t);
 
   function textPanel(prompts) {
-    const s = panel("text", "Generated text", "Each generated token coloured by its log-probability (autoregressive, from hook_logits; dark below -10, bright at 0) or the confidence it was committed with (diffusion, 0 to 1); hover for the top alternatives.");
+    const s = panel("text", "Generated text", "Each generated token coloured by its log-probability (autoregressive, from hook_logits; dark at -10 and below, bright at 0) or the confidence it was committed with (diffusion, from diffusion.hook_confidence; dark at the prompt's lowest, bright at its highest); hover for the value and the top alternatives.");
     for (const p of prompts) {
       const scored = new Map(p.scored.map((t) => [t.pos, t]));
+      const scale = scaler(p.scored, p.score_kind);
       const first = p.scored.length ? Math.min(...p.scored.map((t) => t.pos)) : p.tokens.length;
       const box = el("div", { class: "scored-text", "data-entry": p.entry, "data-score-kind": p.score_kind });
       const ids = p.timeline ? p.timeline.canvas[p.timeline.canvas.length - 1] : p.tokens;
@@ -200,8 +205,8 @@
         const alts = t.alts.map(([a, pr]) => `${tok(a)} ${fmt(pr, 3)}`).join(", ");
         const tip = `${p.score_kind} ${fmt(t.score)}` + (alts ? `; top: ${alts}` : "");
         const span = el("span", { class: "tok scored", "data-pos": q, "data-id": t.id, "data-score": t.score, title: tip, text: tok(t.id) });
-        span.style.background = colour(t.score, p.score_kind);
-        span.style.color = (p.score_kind === "log-probability" ? t.score < -5 : t.score < 0.5) ? "#fff" : "#000";
+        span.style.background = colour(scale(t.score));
+        span.style.color = scale(t.score) < 0.5 ? "#fff" : "#000";
         box.append(span);
       });
       s.append(el("div", { class: "prompt", "data-entry": p.entry }, el("h3", { text: promptTitle(p) + ": " + p.score_kind }), box));

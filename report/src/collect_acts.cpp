@@ -157,16 +157,16 @@ nlohmann::json timeline(const H5File& f, const std::vector<std::int64_t>& step_p
           {"commit_step", commit}, {"confidence", conf}, {"stale", stale}, {"total_steps", n}};
 }
 
-// Autoregressive: each generated token's log-probability under the logits of the row `shift`
-// positions before it (hook_logits), with the top 3 alternatives.
-nlohmann::json scored_by_logits(const H5File& f, std::int64_t start, const Rows& rows, std::int64_t shift, TokenTable& tokens) {
+// Autoregressive: each generated token's log-probability under the logits of the row before it
+// (hook_logits at p predict token p + 1), with the top 3 alternatives.
+nlohmann::json scored_by_logits(const H5File& f, std::int64_t start, const Rows& rows, TokenTable& tokens) {
   const auto V = static_cast<std::size_t>(f.dims("/acts/hook_logits").back());
   std::map<std::int64_t, std::size_t> row_at;
   for (std::size_t r = 0; r < rows.size(); ++r) row_at[rows.pos[r]] = r;
   nlohmann::json out = nlohmann::json::array();
   for (std::size_t r = 0; r < rows.size(); ++r) {
     if (rows.kind[r] != 1) continue;
-    const auto prev = row_at.find(rows.pos[r] - shift);
+    const auto prev = row_at.find(rows.pos[r] - 1);
     if (prev == row_at.end()) continue;
     const auto z = f.read_f64("/acts/hook_logits", static_cast<hsize_t>(start) + prev->second, 1);
     const double m = *std::max_element(z.begin(), z.end());
@@ -217,7 +217,6 @@ nlohmann::json collect_acts(H5File& f, const nlohmann::json& attrs, const Report
   out["hooks"] = hooks;
   const auto step_prompt = f.has("/steps/prompt_idx") ? f.read_i64("/steps/prompt_idx") : std::vector<std::int64_t>{};
   const auto mask = mask_id(attrs);
-  const std::int64_t shift = attrs.value("prediction_shift", std::int64_t{1});
   const bool diffusion = !step_prompt.empty();
   for (const auto e : chosen) {
     const auto tokens_all = P.tokens(e);
@@ -255,7 +254,7 @@ nlohmann::json collect_acts(H5File& f, const nlohmann::json& attrs, const Report
     for (auto& [k, g] : groups.items()) list.push_back(std::move(g));
     p["norms"] = std::move(list);
     if (!diffusion && std::count(hooks.begin(), hooks.end(), "hook_logits") && count > 0) {
-      p["scored"] = scored_by_logits(f, start, rows, shift, tokens);
+      p["scored"] = scored_by_logits(f, start, rows, tokens);
       p["score_kind"] = "log-probability";
     } else if (p.contains("timeline") && has_conf) {
       nlohmann::json s = nlohmann::json::array();

@@ -63,11 +63,15 @@ std::string escape_html(const std::string& s) {
 
 std::string plotting_library() {
   std::vector<fs::path> candidates;
-  if (const char* env = std::getenv("SONDE_REPORT_WEB"); env && *env) candidates.emplace_back(env);
-  candidates.emplace_back(SONDE_REPORT_WEB_SOURCE);
-  std::error_code ec;
-  if (const auto exe = fs::read_symlink("/proc/self/exe", ec); !ec)
-    candidates.push_back(exe.parent_path().parent_path() / "share/sonde/report/web");
+  const char* env = std::getenv("SONDE_REPORT_WEB");
+  if (env && *env) {
+    candidates.emplace_back(env);  // alone: what the user named is what is used
+  } else {
+    candidates.emplace_back(SONDE_REPORT_WEB_SOURCE);
+    std::error_code ec;
+    if (const auto exe = fs::read_symlink("/proc/self/exe", ec); !ec)
+      candidates.push_back(exe.parent_path().parent_path() / "share/sonde/report/web");
+  }
   for (const auto& web : candidates) {
     if (!has_parts(web)) continue;
     std::string out;
@@ -84,8 +88,8 @@ std::string plotting_library() {
     }
     return out;
   }
-  bad_input("the plotting library (vega, vega-lite, vega-embed) is not installed: run npm ci --prefix {} (or set SONDE_REPORT_WEB)",
-            SONDE_REPORT_WEB_SOURCE);
+  bad_input("the plotting library (vega, vega-lite, vega-embed) is not in {}: run npm ci --prefix {}",
+            (candidates.front() / "node_modules").string(), SONDE_REPORT_WEB_SOURCE);
 }
 
 std::string render_page(const std::string& title, const nlohmann::json& data, const std::string& library) {

@@ -7,8 +7,8 @@
 namespace sonde::report {
 
 // The plotting library's files, with their licences, as <script> elements. Looked for in
-// $SONDE_REPORT_WEB, then in the source tree's report/web (where `npm ci --prefix report/web`
-// puts them), then in <prefix>/share/sonde/report/web beside an installed program. BadInput
+// $SONDE_REPORT_WEB when it is set (there only), else in the source tree's report/web (where
+// `npm ci --prefix report/web` puts them), then in <prefix>/share/sonde/report/web. BadInput
 // naming the npm ci to run when none has them.
 std::string plotting_library();
 
