@@ -23,7 +23,8 @@ int cmd_report(const Args& args) {
       ("overwrite", po::bool_switch(&o.overwrite), "replace an existing --out file")
       ("max-prompts", po::value(&o.max_prompts)->default_value(o.max_prompts), "prompts shown without --prompt")
       ("max-positions", po::value(&o.max_positions)->default_value(o.max_positions), "positions per heatmap; beyond, averaged in bins")
-      ("max-steps", po::value(&o.max_steps)->default_value(o.max_steps), "steps per heatmap and timeline; beyond, evenly spaced");
+      ("max-steps", po::value(&o.max_steps)->default_value(o.max_steps), "steps per heatmap and timeline; beyond, evenly spaced")
+      ("max-cells", po::value(&o.max_cells)->default_value(o.max_cells), "cells per heatmap; beyond, fewer steps, then wider bins");
   po::positional_options_description pos;
   pos.add("file", 1);
   po::variables_map vm;

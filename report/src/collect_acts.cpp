@@ -91,6 +91,15 @@ void add_norms(nlohmann::json& groups, const std::string& hook, const std::vecto
   }
 }
 
+// The most hooks of one group (blocks.*.X): the heatmap with the most rows.
+std::int64_t largest_group(const std::vector<std::string>& hooks) {
+  std::map<std::string, std::int64_t> n;
+  std::int64_t most = 0;
+  for (const auto& h : hooks)
+    if (h.rfind("diffusion.", 0) != 0) most = std::max(most, ++n[hook_group(h).first]);
+  return most;
+}
+
 std::optional<std::int64_t> mask_id(const nlohmann::json& attrs) {
   const auto cfg = nlohmann::json::parse(attrs.value("config_json", std::string("{}")), nullptr, false);
   if (cfg.is_object() && cfg.contains("mask_token_id") && cfg["mask_token_id"].is_number_integer())
@@ -236,12 +245,18 @@ nlohmann::json collect_acts(H5File& f, const nlohmann::json& attrs, const Report
     // Norms: a step axis when a position has several rows (diffusion capture all / every:K).
     std::set<std::int64_t> positions(rows.pos.begin(), rows.pos.end()), steps(rows.step.begin(), rows.step.end());
     const bool by_step = positions.size() < rows.size();
-    std::set<std::int64_t> steps_kept;
-    const std::vector<std::int64_t> step_list(steps.begin(), steps.end());
-    for (auto i : sample_evenly(step_list.size(), static_cast<std::size_t>(o.max_steps))) steps_kept.insert(step_list[i]);
+    // The budget: at most max_positions columns (consecutive positions averaged), then as many
+    // steps as keep the largest hook group's heatmap within max_cells (at most max_steps), and
+    // wider bins if even one step's layers x columns would not fit.
     const std::int64_t pos0 = positions.empty() ? 0 : *positions.begin();
     const auto npos = static_cast<std::int64_t>(positions.size());
-    const std::int64_t bin = npos > o.max_positions ? (npos + o.max_positions - 1) / o.max_positions : 1;
+    const std::int64_t layers = std::max<std::int64_t>(1, largest_group(hooks));
+    const auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+    const std::int64_t bin = std::max<std::int64_t>({1, ceil_div(npos, o.max_positions), ceil_div(npos * layers, o.max_cells)});
+    const std::int64_t step_budget = std::clamp<std::int64_t>(o.max_cells / (layers * ceil_div(std::max<std::int64_t>(npos, 1), bin)), 1, o.max_steps);
+    std::set<std::int64_t> steps_kept;
+    const std::vector<std::int64_t> step_list(steps.begin(), steps.end());
+    for (auto i : sample_evenly(step_list.size(), static_cast<std::size_t>(step_budget))) steps_kept.insert(step_list[i]);
     if (bin > 1) notes.push_back(fmt::format("prompt {}: {} positions averaged in bins of {}", p["id"].get<std::string>(), npos, bin));
     if (by_step && steps_kept.size() < steps.size())
       notes.push_back(fmt::format("prompt {}: norms at {} of {} steps", p["id"].get<std::string>(), steps_kept.size(), steps.size()));

@@ -60,7 +60,7 @@ ReportSummary write_report(const ReportOptions& o) {
   using namespace report;
   if (o.out.empty()) bad_setting("out", "give the page's file name (report.html)");
   if (fs::exists(o.out) && !o.overwrite) bad_setting("out", "{} exists (use --overwrite to replace it)", o.out);
-  if (o.max_prompts < 1 || o.max_positions < 1 || o.max_steps < 1 || o.max_features < 1)
+  if (o.max_prompts < 1 || o.max_positions < 1 || o.max_steps < 1 || o.max_cells < 1 || o.max_features < 1)
     bad_input("report budget: every max_* must be at least 1");
   const std::string library = plotting_library();  // first: a missing library is said before any work
 
@@ -91,7 +91,7 @@ ReportSummary write_report(const ReportOptions& o) {
   data["tokens"] = tokens.to_json();
   data["tokenizer"] = tokens.source();
   data["notes"] = notes;
-  data["budget"] = {{"max_prompts", o.max_prompts}, {"max_positions", o.max_positions}, {"max_steps", o.max_steps},
+  data["budget"] = {{"max_prompts", o.max_prompts}, {"max_positions", o.max_positions}, {"max_steps", o.max_steps}, {"max_cells", o.max_cells},
                     {"max_features", o.max_features}};
 
   const std::string page = render_page(fs::path(o.dump).filename().string(), data, library);

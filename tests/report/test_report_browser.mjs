@@ -8,7 +8,7 @@
 // non-blank, written to SCREENSHOT_DIR (docs/report.md shows them).
 // Usage: node test_report_browser.mjs SONDE_BIN SCREENSHOT_DIR. Exit 0 pass, 1 fail, 77 skip.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -108,7 +108,9 @@ async function screenshots(page, prefix, panels) {
   for (const p of panels) {
     const el = await page.$(`section[data-panel="${p}"]`);
     const path = join(shotDir, `${prefix}-${p}.png`);
-    shots.push([path, await el.screenshot({ path, encoding: "base64" })]);
+    const png = await el.screenshot({ encoding: "base64" });
+    writeFileSync(path, Buffer.from(png, "base64"));
+    shots.push([path, png]);
   }
   // Decoded on a page of its own (the report's page blocks every other request, data: URLs too),
   // opened after the screenshots: a page in the background is not painted.

@@ -18,13 +18,14 @@ struct ReportOptions {
   std::string model;                 // where to find the tokenizer; empty: the file's model_path
   std::string out;
   bool overwrite = false;
-  // The page's budget (a 10,000-prompt batch file stays a few MB): prompts shown without
-  // `prompts`, positions per heatmap (beyond: consecutive positions averaged in bins), steps per
-  // heatmap and timeline (beyond: evenly spaced steps, the last kept), features per statistics
-  // chart (beyond: evenly spaced features, every outlier kept).
+  // The page's budget (docs/report.md): prompts shown without `prompts`; columns per heatmap
+  // (beyond: consecutive positions averaged in bins); steps per heatmap and timeline (beyond:
+  // evenly spaced steps, the last kept); cells per heatmap (fewer steps, then wider bins);
+  // features per statistics chart (beyond: evenly spaced features, every outlier kept).
   std::int64_t max_prompts = 4;
   std::int64_t max_positions = 256;
   std::int64_t max_steps = 64;
+  std::int64_t max_cells = 16384;
   std::int64_t max_features = 4096;
 };
 
