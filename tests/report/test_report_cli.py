@@ -28,7 +28,8 @@ def run(*args, env=None):
 
 
 def page_data(path):
-    html = open(path, encoding="utf-8").read()
+    with open(path, encoding="utf-8") as f:
+        html = f.read()
     m = re.search(r'<script type="application/json" id="sonde-data">(.*?)</script>', html, re.S)
     return json.loads(m.group(1))
 
@@ -76,7 +77,8 @@ class ReportCli(unittest.TestCase):
         self.assertFalse(os.path.exists(self.at("x.html")))
 
     def test_truncated_file(self):
-        data = open(self.at("batch.h5"), "rb").read()
+        with open(self.at("batch.h5"), "rb") as f:
+            data = f.read()
         for cut in (len(data) // 2, 4096):
             with open(self.at("cut.h5"), "wb") as f:
                 f.write(data[:cut])
