@@ -90,15 +90,17 @@
 
   function timelinePanel(prompts) {
     const s = panel("timeline", "Diffusion timeline",
-      "Generated slots (x) by denoising step (y): masked, committed at this step (coloured by the confidence it was committed with), committed earlier; \u00d7 marks rows served from the cache (fresh = 0). The slider shows the canvas after that step.");
+      "Generated slots (x) by denoising step (y): masked, committed at this step (coloured by the confidence it was committed with; when steps are sampled, since the previous step shown), committed earlier; \u00d7 marks rows served from the cache (fresh = 0). The slider shows the canvas after that step.");
     for (const p of prompts) {
       const t = p.timeline;
       const tokens = t.canvas[t.canvas.length - 1];
       const cells = [];
+      // With steps sampled (docs/report.md), "now" is: since the previous step shown.
+      const since = (i) => (i > 0 ? t.steps[i - 1] : -Infinity);
       t.steps.forEach((step, i) => {
         for (let q = t.prompt_len; q < tokens.length; q++) {
           const masked = t.canvas[i][q] === t.mask_id;
-          const now = t.commit_step[q] === step;
+          const now = t.commit_step[q] > since(i) && t.commit_step[q] <= step;
           const state = masked ? "masked" : now ? "committed now" : "committed earlier";
           const confidence = now ? t.confidence[q] : null;
           cells.push({ step, pos: q, col: column(tokens, q, 1), state, confidence,
@@ -133,7 +135,7 @@
         const i = t.steps.indexOf(step);
         text.replaceChildren(...t.canvas[i].map((id, q) => {
           const masked = id === t.mask_id, prompt = q < t.prompt_len;
-          const cls = prompt ? "prompt" : masked ? "masked" : t.commit_step[q] === step ? "now" : "committed";
+          const cls = prompt ? "prompt" : masked ? "masked" : t.commit_step[q] > since(i) && t.commit_step[q] <= step ? "now" : "committed";
           return el("span", { class: "slot " + cls, "data-pos": q, "data-id": id, "data-commit-step": t.commit_step[q],
             "data-confidence": t.confidence[q] ?? "", title: `pos ${q}, committed at step ${t.commit_step[q]}`, text: masked ? "\u2591" : tok(id) });
         }));
