@@ -206,7 +206,7 @@ nlohmann::json collect_acts(H5File& f, const nlohmann::json& attrs, const Report
   const std::int64_t mark = f.mark_prompts();
   const PromptTable P = PromptTable::read(f, complete ? -1 : mark);
   nlohmann::json out = {{"total", P.count}, {"partial", !complete}, {"prompts", nlohmann::json::array()}};
-  if (!complete) notes.push_back(fmt::format("{}: still being written (complete = 0): shown up to its last checkpoint, {} prompts", f.path(), P.count));
+  if (!complete) notes.push_back(fmt::format("{}: not complete (being written, or its writer stopped): shown up to its last checkpoint, {} prompts", f.path(), P.count));
 
   std::vector<std::int64_t> chosen;
   if (!o.prompts.empty()) {

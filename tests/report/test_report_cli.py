@@ -108,7 +108,7 @@ class ReportCli(unittest.TestCase):
             f["progress/mark"][0] = mark
         r = run("report", self.at("live.h5"), "--out", self.at("live.html"))
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("still being written (complete = 0): shown up to its last checkpoint, 2 prompts", r.stdout)
+        self.assertIn("live.h5: not complete (being written, or its writer stopped): shown up to its last checkpoint, 2 prompts", r.stdout)
         d = page_data(self.at("live.html"))
         self.assertEqual([p["id"] for p in d["acts"]["prompts"]], ["p0", "p1"])
         self.assertTrue(d["acts"]["partial"])
