@@ -21,5 +21,6 @@ int cmd_batch(const Args& args);
 int cmd_lens(const Args& args);
 int cmd_score(const Args& args);
 int cmd_serve(const Args& args);
+int cmd_report(const Args& args);
 
 }  // namespace sonde::cli

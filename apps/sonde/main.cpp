@@ -35,6 +35,7 @@ const CommandEntry kCommands[] = {
     {"lens", sonde::cli::cmd_lens, "logit lens: every layer's residual stream through the final norm and head"},
     {"score", sonde::cli::cmd_score, "log-likelihood of completions (exact for Qwen2, a Monte Carlo bound for Dream)"},
     {"serve", sonde::cli::cmd_serve, "an OpenAI-compatible HTTP server; activations and steering per request"},
+    {"report", sonde::cli::cmd_report, "one self-contained HTML page showing a dump, lens or statistics file (docs/report.md)"},
     {"tokenize", sonde::cli::cmd_tokenize, "text to token ids (or back with --decode)"},
     {"bench", sonde::cli::cmd_bench, "prefill / decode tokens/s, one diffusion step, peak RSS (--json)"},
     {"plugins", sonde::cli::cmd_plugins, "list the plugins found and the files rejected"},

@@ -15,9 +15,10 @@ from ._model import Cache, Finished, Generation, HookPoint, Model, Step, Token, 
 from ._batch import batch
 from ._submit import Completion, Handle
 from ._dump import Dump, open_dump
+from ._report import report
 
 __all__ = ["Model", "Tokenizer", "Cache", "Generation", "Handle", "Completion", "HookPoint", "Token", "Step", "Finished", "ROW_KINDS",
-           "Error", "BadInput", "RuntimeFailure", "HookError", "bf16_to_f32", "batch", "open_dump", "Dump"]
+           "Error", "BadInput", "RuntimeFailure", "HookError", "bf16_to_f32", "batch", "open_dump", "Dump", "report"]
 
 
 def bf16_to_f32(bits):

@@ -139,6 +139,9 @@ class Dump:
     def input_ids(self) -> Optional[npt.NDArray[np.int32]]: ...
 
 def open_dump(path: str) -> Dump: ...
+def report(dump: str, out: str, *, stats: Union[str, List[str]] = ..., lens: Union[str, List[str]] = ...,
+           prompts: Union[str, List[str]] = ..., model: Optional[str] = ..., overwrite: bool = ...,
+           max_prompts: int = ..., max_positions: int = ..., max_steps: int = ...) -> Dict[str, Any]: ...
 def batch(model: Union[Model, str], input: str, output: str, acts: Optional[str] = ..., hooks: Optional[str] = ...,
           positions: str = ..., capture: str = ..., storage: str = ..., compress: bool = ..., batch_size: int = ...,
           checkpoint_every: int = ..., checkpoint_seconds: float = ..., resume: bool = ..., overwrite: bool = ...,

@@ -6,6 +6,7 @@
 #include "loaded.h"
 #include "memory_sink.h"
 #include "options.h"
+#include "report.h"
 #include "submit.h"
 
 #include <sonde/chat.h>
@@ -398,6 +399,7 @@ PYBIND11_MODULE(_sonde, m) {
       PyErr_SetNone(PyExc_KeyboardInterrupt);
     }
   });
+  bind_report(m);
 
   pb::class_<Loaded, std::shared_ptr<Loaded>>(m, "Engine")
       .def(pb::init([](const std::string& model, const std::string& backend, int threads, const std::string& weights,
