@@ -67,10 +67,11 @@ std::string plotting_library() {
   if (env && *env) {
     candidates.emplace_back(env);  // alone: what the user named is what is used
   } else {
-    candidates.emplace_back(SONDE_REPORT_WEB_SOURCE);
+    // An installed program's own copy first (cmake --install puts it there), then the checkout's.
     std::error_code ec;
     if (const auto exe = fs::read_symlink("/proc/self/exe", ec); !ec)
       candidates.push_back(exe.parent_path().parent_path() / "share/sonde/report/web");
+    candidates.emplace_back(SONDE_REPORT_WEB_SOURCE);
   }
   for (const auto& web : candidates) {
     if (!has_parts(web)) continue;

@@ -16,4 +16,12 @@ grep -q "^rejected" <<<"$plugins" && { echo "the moved install rejected a plugin
 cd "$work"
 "$sonde" demo --dir "$work/demo" >"$work/demo.log"
 test -s "$work/demo/acts.h5" || { cat "$work/demo.log"; echo "demo wrote no file"; exit 1; }
+# sonde report inlines the plotting library from the install's own copy (share/sonde/report/web),
+# which page.cpp looks at before the checkout's: the moved install must carry it and use it.
+if [ -d "$(dirname "$0")/../../report/web/node_modules/vega" ]; then
+  test -s "$work/moved/share/sonde/report/web/node_modules/vega/build/vega.min.js" ||
+    { echo "the install lacks the report's plotting library"; exit 1; }
+  "$sonde" report "$work/demo/acts.h5" --out "$work/demo/report.html" >/dev/null
+  grep -q "vega-embed" "$work/demo/report.html" || { echo "the report from the moved install has no plotting library"; exit 1; }
+fi
 echo "install_relocatable: ok"
