@@ -22,6 +22,8 @@ int cmd_forward(const Args& args) {
   add_common_options(desc, common);
   EditFlags edits;
   add_edit_options(desc, edits);
+  SaeFlags sae;
+  add_sae_options(desc, sae, &capture);
   desc.add_options()
       ("ids", po::value(&ids_text), "token ids, e.g. 1,2,3")
       ("text", po::value(&text), "text to tokenize with the model's tokenizer")
@@ -49,6 +51,7 @@ int cmd_forward(const Args& args) {
     request.where = "--text";
   }
   auto session = open_session(common);
+  attach_saes(*session, sae);
   RunOptions o;
   o.kind = RunKind::Forward;
   o.command = "forward";
