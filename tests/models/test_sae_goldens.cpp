@@ -59,7 +59,7 @@ void PrintTo(const SaeCase& c, std::ostream* os) { *os << c.name << "/" << c.sae
 
 fs::path make_sae_model(const fs::path& golden, const fs::path& dir) {
   std::vector<std::string> mm{"make-model"};
-  for (const auto& a : nlohmann::json::parse(read_string_attr(golden, "make_model_args"))) mm.push_back(a.get<std::string>());
+  for (const auto& a : nlohmann::json::parse(read_string_attr(golden, "sae_make_model_args"))) mm.push_back(a.get<std::string>());
   const auto model = dir / "model";
   mm.insert(mm.end(), {"--out", model.string()});
   const auto made = run_sonde(mm);
@@ -130,9 +130,11 @@ struct FeatureEditCase {
 std::vector<FeatureEditCase> feature_edit_cases() {
   std::vector<FeatureEditCase> c;
   const auto backends = built_backends();
-  for (const auto& f : sae_golden_files())
-    for (const auto& [name, v] : nlohmann::json::parse(read_string_attr(f, "feature_edits")).items())
+  for (const auto& f : sae_golden_files()) {
+    const auto edits = nlohmann::json::parse(read_string_attr(f, "feature_edits"));  // items() refers to it
+    for (const auto& [name, v] : edits.items())
       for (const auto& b : backends) c.push_back({f, f.stem().string(), name, b});
+  }
   return c;
 }
 

@@ -233,7 +233,7 @@ def main():
         for name, (d, cfg, W, ids, (logits, seen)) in ms.items():
             path = os.path.join(a.out, name + ".h5")
             with h5py.File(path, "w", track_order=True) as f:
-                f.attrs["make_model_args"] = json.dumps(MODELS[name])
+                f.attrs["sae_make_model_args"] = json.dumps(MODELS[name])
                 f.attrs["model_sha256"] = sha256(os.path.join(d, "model.safetensors"))
                 f.attrs["cases"] = json.dumps([c for c, _ in CASES])
                 f.attrs["case_hooks"] = json.dumps({c: TL.get(sae_reference.Sae(os.path.join(sae_dir, c)).hook,
