@@ -77,7 +77,12 @@ int cmd_forward(const Args& args) {
   for (const auto& h : res.hooks) {
     std::string shape = std::to_string(T);
     for (auto d : h.row_shape) shape += ", " + std::to_string(d);
-    std::cout << "  /acts/" << h.name << "  [" << shape << "] " << capture.storage << "\n";
+    const std::string sae_acts = ".hook_sae_acts_post";  // stored as CSR with --sae-sparse
+    if (capture.sparse_top_k() >= 0 && h.name.size() > sae_acts.size() &&
+        h.name.compare(h.name.size() - sae_acts.size(), sae_acts.size(), sae_acts) == 0)
+      std::cout << "  /sparse/" << h.name << "/{indptr, indices, values}  CSR of [" << shape << "] " << capture.storage << "\n";
+    else
+      std::cout << "  /acts/" << h.name << "  [" << shape << "] " << capture.storage << "\n";
   }
   return 0;
 }
