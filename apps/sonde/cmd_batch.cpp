@@ -43,7 +43,8 @@ struct BatchOptions {
   CommonOptions common;
   CaptureSettings capture;
   EditFlags edits;
-  std::string input, output, acts, stats;
+  SaeFlags sae;
+  std::string input, output, acts, stats, features;
   std::int64_t batch_size = 8, checkpoint_every = 64;
   double checkpoint_seconds = 60;
   bool resume = false, overwrite = false, durable = false, skip_bad = false;
@@ -56,6 +57,7 @@ struct BatchOptions {
 void set_outputs(const BatchOptions& o, RunOptions& ro) {
   if (!o.acts.empty()) ro.sinks.push_back(SinkSpec{"hdf5", o.acts, o.overwrite, nullptr});
   if (!o.stats.empty()) ro.sinks.push_back(SinkSpec{"stats", o.stats, o.overwrite, nullptr});
+  if (!o.features.empty()) ro.sinks.push_back(SinkSpec{"features", o.features, o.overwrite, nullptr});
   ro.results_path = o.output;
   ro.resume = o.resume;
   ro.overwrite = o.overwrite;
@@ -65,13 +67,14 @@ void check_outputs(const BatchOptions& o) {
   // core's policy (run.h, check_outputs), its settings named by our flags
   RunOptions ro;
   set_outputs(o, ro);
-  as_flags({{"resume", "--resume"}, {"output", "--output"}, {"hdf5", "--acts"}, {"stats", "--stats"}},
+  as_flags({{"resume", "--resume"}, {"output", "--output"}, {"hdf5", "--acts"}, {"stats", "--stats"}, {"features", "--feature-stats"}},
            [&] { sonde::check_outputs(ro); });
   if (!o.acts.empty() && std::filesystem::absolute(o.acts) == std::filesystem::absolute(o.output))
     bad_input("--acts and --output are the same file {}", o.output);
   // An output that cannot be created is refused before the model loads and before anything is
   // written (the activation file is opened first, so a bad --output found later would leave it).
-  for (const auto& [flag, path] : {std::pair{"--output", o.output}, std::pair{"--acts", o.acts}, std::pair{"--stats", o.stats}}) {
+  for (const auto& [flag, path] : {std::pair{"--output", o.output}, std::pair{"--acts", o.acts}, std::pair{"--stats", o.stats},
+                                    std::pair{"--feature-stats", o.features}}) {
     if (path.empty()) continue;
     const auto parent = std::filesystem::absolute(path).parent_path();
     std::error_code ec;
@@ -85,6 +88,7 @@ void check_outputs(const BatchOptions& o) {
 int run_batch(BatchOptions o) {
   if (o.common.tensor_parallel == 0) o.common.tensor_parallel = 1;  // model copies split the prompts
   auto session = open_session(o.common);
+  attach_saes(*session, o.sae);
   ProcessGroup* job = current_job();
   const bool parallel = job && job->size() > 1;  // the parts layout: --acts is a directory
   const bool shows = !job || job->rank() == 0;  // one progress display for the whole job
@@ -179,6 +183,9 @@ int cmd_batch(const Args& args) {
        "HDF5 file for the activations selected with --hooks (under mpiexec with several model copies: a "
        "directory of rank-<r>.h5 files and run.h5, which joins them)")
       ("stats", po::value(&o.stats), "running statistics of the --hooks rows (HDF5; resumable with --resume)")
+      ("feature-stats", po::value(&o.features),
+       "per-feature dashboard statistics of the --hooks SAE features (*.hook_sae_acts_post): frequency, mean, max, "
+       "histogram, top contexts (HDF5; resumable; docs/sae.md)")
       ("batch-size", po::value(&o.batch_size)->default_value(8), "sequences decoded at once (the engine's slots, docs/engine.md)")
       ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(64), "commit every K prompts")
       ("checkpoint-seconds", po::value(&o.checkpoint_seconds)->default_value(60), "commit at least every T seconds")
@@ -192,13 +199,16 @@ int cmd_batch(const Args& args) {
   desc.add(defaults);
   add_capture_options(desc, o.capture);
   add_edit_options(desc, o.edits);
+  add_sae_options(desc, o.sae, &o.capture);
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde batch --model DIR --input F.jsonl --output R.jsonl [--hooks SEL --acts F.h5] [--resume]",
                      desc, vm))
     return 0;
   if (vm.count("acts") && !vm.count("hooks")) bad_input("--acts needs --hooks");
-  if (vm.count("hooks") && !vm.count("acts") && !vm.count("stats")) bad_input("--hooks needs --acts or --stats");
+  if (vm.count("hooks") && !vm.count("acts") && !vm.count("stats") && !vm.count("feature-stats"))
+    bad_input("--hooks needs --acts, --stats or --feature-stats");
   if (vm.count("stats") && !vm.count("hooks")) bad_input("--stats needs --hooks");
+  if (vm.count("feature-stats") && !vm.count("hooks")) bad_input("--feature-stats needs --hooks (an SAE's hook_sae_acts_post)");
   if (o.batch_size < 1) bad_input("--batch-size must be at least 1, got {}", o.batch_size);
   if (o.checkpoint_every < 1) bad_input("--checkpoint-every must be at least 1, got {}", o.checkpoint_every);
   if (!(o.checkpoint_seconds > 0)) bad_input("--checkpoint-seconds must be positive, got {}", o.checkpoint_seconds);

@@ -22,6 +22,8 @@ int cmd_forward(const Args& args) {
   add_common_options(desc, common);
   EditFlags edits;
   add_edit_options(desc, edits);
+  SaeFlags sae;
+  add_sae_options(desc, sae, &capture);
   desc.add_options()
       ("ids", po::value(&ids_text), "token ids, e.g. 1,2,3")
       ("text", po::value(&text), "text to tokenize with the model's tokenizer")
@@ -49,6 +51,7 @@ int cmd_forward(const Args& args) {
     request.where = "--text";
   }
   auto session = open_session(common);
+  attach_saes(*session, sae);
   RunOptions o;
   o.kind = RunKind::Forward;
   o.command = "forward";
@@ -74,7 +77,12 @@ int cmd_forward(const Args& args) {
   for (const auto& h : res.hooks) {
     std::string shape = std::to_string(T);
     for (auto d : h.row_shape) shape += ", " + std::to_string(d);
-    std::cout << "  /acts/" << h.name << "  [" << shape << "] " << capture.storage << "\n";
+    const std::string sae_acts = ".hook_sae_acts_post";  // stored as CSR with --sae-sparse
+    if (capture.sparse_top_k() >= 0 && h.name.size() > sae_acts.size() &&
+        h.name.compare(h.name.size() - sae_acts.size(), sae_acts.size(), sae_acts) == 0)
+      std::cout << "  /sparse/" << h.name << "/{indptr, indices, values}  CSR of [" << shape << "] " << capture.storage << "\n";
+    else
+      std::cout << "  /acts/" << h.name << "  [" << shape << "] " << capture.storage << "\n";
   }
   return 0;
 }

@@ -41,6 +41,7 @@ struct GenerateOptions {
   CommonOptions common;
   CaptureSettings capture;
   EditFlags edits;
+  SaeFlags sae;
   std::vector<std::string> ids;
   std::string prompt, out, stats;
   bool chat = false, json = false, history = false, no_cache = false, overwrite = false;
@@ -94,6 +95,7 @@ int cmd_generate(const Args& args) {
   add_generation_options(desc, /*all=*/true);
   add_capture_options(desc, o.capture);
   add_edit_options(desc, o.edits);
+  add_sae_options(desc, o.sae, &o.capture);
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde generate --model DIR (--prompt T | --ids 1,2,3 ...) [--chat] [--max-new-tokens N] [--json]",
                      desc, vm))
@@ -107,6 +109,7 @@ int cmd_generate(const Args& args) {
   const GenerationSettings settings = generation_settings(vm);
 
   auto session = open_session(o.common);
+  attach_saes(*session, o.sae);
   RunOptions ro;
   ro.command = "generate";
   ro.seed = o.seed;

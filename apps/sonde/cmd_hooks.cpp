@@ -1,6 +1,7 @@
 // sonde hooks: every hook point of a model with the shape of its rows ([tokens, ...]).
 #include "app_common.h"
 #include "commands.h"
+#include "run_flags.h"
 
 #include <nlohmann/json.hpp>
 
@@ -14,10 +15,13 @@ int cmd_hooks(const Args& args) {
   po::options_description desc("hooks options");
   add_common_options(desc, common);
   desc.add_options()("json", po::bool_switch(&json), "print a JSON array of {name, shape}");
+  SaeFlags sae;
+  add_sae_options(desc, sae);
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde hooks --model DIR [--json]", desc, vm)) return 0;
   if (common.backend.empty()) common.backend = "reference";  // zero-copy: listing needs no compute
   auto session = open_session(common);
+  attach_saes(*session, sae);  // their hook_sae_* points are listed after their hooks
   const auto hooks = session->hook_points();
   if (json) {
     nlohmann::json out = nlohmann::json::array();

@@ -29,6 +29,7 @@ void check_capture_flags(const CaptureSettings& c, const po::variables_map& vm) 
   as_flag("--positions", [&] { parse_position_policy(c.positions); });
   as_flag("--diffusion-capture", [&] { parse_step_policy(c.diffusion_capture); });
   as_flag("--storage-dtype", [&] { c.storage_dtype(); });
+  as_flag("--sae-sparse", [&] { c.sparse_top_k(); });
 }
 
 void add_generation_options(po::options_description& desc, bool all) {
@@ -94,6 +95,22 @@ void add_edit_options(po::options_description& desc, EditFlags& e) {
   desc.add_options()
       ("edits", po::value(&e.file), "interventions at hook points, a JSON file (docs/interventions.md)")
       ("steer", po::value(&e.steer)->composing(), "add a vector: 'HOOK=FILE.h5:/dataset*SCALE' or 'HOOK=FILE.npy*SCALE' (repeatable)");
+}
+
+void add_sae_options(po::options_description& desc, SaeFlags& f, CaptureSettings* capture) {
+  if (capture)
+    desc.add_options()("sae-sparse", po::value(&capture->sae_sparse),
+                       "store each *.hook_sae_acts_post row sparse (CSR under /sparse): nonzero, or top:K (its K largest)");
+  desc.add_options()
+      ("sae", po::value(&f.dirs)->composing(), "a SAELens SAE or transcoder folder (cfg.json, sae_weights.safetensors): adds <hook>.hook_sae_* points (repeatable; docs/sae.md)")
+      ("sae-splice", po::bool_switch(&f.splice), "replace each --sae hook's value with the SAE's reconstruction in every forward")
+      ("sae-error-term", po::bool_switch(&f.error_term), "with --sae-splice: add the SAE's error back (the forward unchanged up to rounding)");
+}
+
+void attach_saes(Session& s, const SaeFlags& f) {
+  if ((f.splice || f.error_term) && f.dirs.empty()) bad_input("--sae-splice and --sae-error-term need --sae");
+  if (f.error_term && !f.splice) bad_input("--sae-error-term needs --sae-splice");
+  for (const auto& d : f.dirs) as_flag("--sae", [&] { s.attach_sae(Sae::load(d), f.splice, f.error_term); });
 }
 
 std::vector<EditSpec> edit_specs(const EditFlags& e) {

@@ -52,6 +52,17 @@ void add_edit_options(po::options_description& desc, EditFlags& e);
 // The edits of --edits then --steer, parsed (BadInput naming the flag).
 std::vector<EditSpec> edit_specs(const EditFlags& e);
 
+// --sae DIR (repeatable), --sae-splice, --sae-error-term: SAEs and transcoders as hook points
+// (docs/sae.md).
+struct SaeFlags {
+  std::vector<std::string> dirs;
+  bool splice = false, error_term = false;
+};
+// With `capture`, also --sae-sparse nonzero|top:K (CaptureSettings::sae_sparse).
+void add_sae_options(po::options_description& desc, SaeFlags& f, CaptureSettings* capture = nullptr);
+// Loads each --sae folder and attaches it to the session (BadInput naming the folder, file and field).
+void attach_saes(Session& s, const SaeFlags& f);
+
 // --max-new-tokens, --temperature, --top-k, --top-p, --steps, --alg; with `all` also
 // --repetition-penalty, --alg-temp, --eps and --stop (repeatable).
 void add_generation_options(po::options_description& desc, bool all);

@@ -2,6 +2,7 @@
 
 #include "kernels.h"
 #include <sonde/edit_f32.h>
+#include <sonde/sae_f32.h>
 
 #include <cblas.h>
 
@@ -68,6 +69,9 @@ void CpuBlasBackend::run(const Node& node, std::span<const TensorView> inputs, c
     case OpKind::EditAffine:
     case OpKind::EditReplace:
     case OpKind::EditProject: return ops::run_edit_f32(node, in, out);
+    case OpKind::SaeActivation: return ops::run_sae_activation_f32(node, in, out);
+    case OpKind::NormRescale: return ops::run_norm_rescale_f32(node, in, out);
+    case OpKind::Sub: return ops::run_sub_f32(node, in, out);
     default: ops::fail(node, "cpu-blas does not run this op");
   }
 }

@@ -22,6 +22,9 @@ void slice_rows(const Node& n, ops::Inputs in, const TensorView& out);
 void edit_affine(const Node& n, ops::Inputs in, const TensorView& out);
 void edit_replace(const Node& n, ops::Inputs in, const TensorView& out);
 void edit_project(const Node& n, ops::Inputs in, const TensorView& out);
+void sae_activation(const Node& n, ops::Inputs in, const TensorView& out);
+void norm_rescale(const Node& n, ops::Inputs in, const TensorView& out);
+void sub(const Node& n, ops::Inputs in, const TensorView& out);
 void all_reduce_sum(const Node& n, ops::Inputs in, const TensorView& out);
 void all_gather(const Node& n, ops::Inputs in, const TensorView& out);
 

@@ -61,6 +61,9 @@ void ReferenceBackend::run(const Node& node, std::span<const TensorView> inputs,
     case OpKind::EditAffine: return edit_affine(node, in, out);
     case OpKind::EditReplace: return edit_replace(node, in, out);
     case OpKind::EditProject: return edit_project(node, in, out);
+    case OpKind::SaeActivation: return sae_activation(node, in, out);
+    case OpKind::NormRescale: return norm_rescale(node, in, out);
+    case OpKind::Sub: return sub(node, in, out);
     case OpKind::AllReduceSum: return all_reduce_sum(node, in, out);
     case OpKind::AllGather: return all_gather(node, in, out);
     default: ops::fail(node, "the reference backend does not run this op");

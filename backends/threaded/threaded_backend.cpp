@@ -2,6 +2,7 @@
 
 #include "ops.h"
 #include <sonde/edit_f32.h>
+#include <sonde/sae_f32.h>
 
 #include <sonde/host/stream_read.h>
 #include <sonde/log.h>
@@ -286,6 +287,9 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
     case OpKind::EditAffine:
     case OpKind::EditReplace:
     case OpKind::EditProject: ops::run_edit_f32(node, in, out); break;
+    case OpKind::SaeActivation: ops::run_sae_activation_f32(node, in, out); break;
+    case OpKind::NormRescale: ops::run_norm_rescale_f32(node, in, out); break;
+    case OpKind::Sub: ops::run_sub_f32(node, in, out); break;
     default: ops::fail(node, "threaded does not run this op");
   }
   // Only a Linear that streams its weight (few rows: decode) starts a read-ahead; the ops after

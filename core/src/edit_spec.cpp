@@ -14,14 +14,20 @@ nlohmann::json EditSpec::to_json() const {
   if (op == "add" || op == "scale") j["scale"] = scale;
   if (op == "clamp") j["value"] = value;
   if (!heads.empty()) j["heads"] = heads;
+  if (op == "sae_feature") {
+    j.erase("hook");
+    j["sae"] = sae;
+    j["feature"] = feature;
+    j[feature_op] = feature_op == "value" ? value : scale;
+  }
   return j;
 }
 
 namespace {
 
-const std::set<std::string> kOps{"add", "scale", "zero", "mean", "project_out", "clamp", "patch"};
+const std::set<std::string> kOps{"add", "scale", "zero", "mean", "project_out", "clamp", "patch", "sae_feature"};
 const std::set<std::string> kKeys{"hook", "op", "vector", "direction", "stats", "source", "scale", "factor",
-                                  "value", "positions", "steps", "heads"};
+                                  "value", "positions", "steps", "heads", "sae", "feature", "add"};
 
 double number(const nlohmann::json& o, const char* key, const std::string& where) {
   const auto& v = o.at(key);
@@ -35,17 +41,43 @@ std::string text(const nlohmann::json& o, const char* key, const std::string& wh
   return v.get<std::string>();
 }
 
+// {"op": "sae_feature", "sae": ..., "feature": F, "value" | "scale" | "add": x}: the SAE and hook
+// are resolved against the attached SAEs later (resolve_edits).
+void parse_sae_feature(const nlohmann::json& o, const std::string& where, EditSpec& e) {
+  if (o.contains("hook")) bad_input("{}: op sae_feature takes 'sae' (the SAE's folder or hook), not 'hook'", where);
+  if (o.contains("sae")) e.sae = text(o, "sae", where);
+  if (!o.contains("feature")) bad_input("{}: op sae_feature needs 'feature'", where);
+  const auto& f = o.at("feature");
+  if (!f.is_number_integer() || f.get<std::int64_t>() < 0) bad_input("{}: 'feature' must be a feature index >= 0, got {}", where, f.dump());
+  e.feature = f.get<std::int64_t>();
+  int given = 0;
+  for (const char* k : {"value", "scale", "add"})
+    if (o.contains(k)) {
+      ++given;
+      e.feature_op = k;
+      const double x = number(o, k, where);
+      if (!std::isfinite(x)) bad_input("{}: '{}' must be finite, got {}", where, k, o.at(k).dump());
+      (e.feature_op == "value" ? e.value : e.scale) = x;
+    }
+  if (given != 1) bad_input("{}: op sae_feature needs exactly one of 'value' (clamp), 'scale' or 'add' (steer)", where);
+  for (const char* k : {"vector", "direction", "stats", "source", "factor", "heads"})
+    if (o.contains(k)) bad_input("{}: op sae_feature does not take '{}'", where, k);
+}
+
 EditSpec parse_one(const nlohmann::json& o, const std::string& where) {
   if (!o.is_object()) bad_input("{}: an edit is a JSON object, got {}", where, o.dump());
   for (const auto& [k, v] : o.items())
-    if (!kKeys.count(k)) bad_input("{}: unknown key '{}' (keys: hook, op, vector, direction, stats, source, scale, factor, value, positions, steps, heads)", where, k);
+    if (!kKeys.count(k)) bad_input("{}: unknown key '{}' (keys: hook, op, vector, direction, stats, source, scale, factor, value, positions, steps, heads, sae, feature, add)", where, k);
   EditSpec e;
   e.where = where;
-  if (!o.contains("hook")) bad_input("{}: 'hook' is missing", where);
   if (!o.contains("op")) bad_input("{}: 'op' is missing", where);
-  e.hook = text(o, "hook", where);
   e.op = text(o, "op", where);
-  if (!kOps.count(e.op)) bad_input("{}: op '{}' is not add, scale, zero, mean, project_out, clamp or patch", where, e.op);
+  if (!kOps.count(e.op)) bad_input("{}: op '{}' is not add, scale, zero, mean, project_out, clamp, patch or sae_feature", where, e.op);
+  if (e.op == "sae_feature") parse_sae_feature(o, where, e);
+  else if (!o.contains("hook")) bad_input("{}: 'hook' is missing", where);
+  else e.hook = text(o, "hook", where);
+  if (e.op != "sae_feature" && (o.contains("sae") || o.contains("feature") || o.contains("add")))
+    bad_input("{}: 'sae', 'feature' and 'add' belong to op sae_feature", where);
   const char* source_key = e.op == "add" ? "vector"
                            : e.op == "project_out" || e.op == "clamp" ? "direction"
                            : e.op == "mean" ? "stats"
@@ -54,7 +86,8 @@ EditSpec parse_one(const nlohmann::json& o, const std::string& where) {
     if (!o.contains(source_key)) bad_input("{}: op {} needs '{}'", where, e.op, source_key);
     e.source = text(o, source_key, where);
   }
-  if (e.op == "add" && o.contains("scale")) e.scale = number(o, "scale", where);
+  if (e.op == "sae_feature") {
+  } else if (e.op == "add" && o.contains("scale")) e.scale = number(o, "scale", where);
   if (e.op == "scale") {
     if (!o.contains("factor") && !o.contains("scale")) bad_input("{}: op scale needs 'factor'", where);
     e.scale = number(o, o.contains("factor") ? "factor" : "scale", where);

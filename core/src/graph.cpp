@@ -26,6 +26,9 @@ std::string_view op_name(OpKind op) {
     case OpKind::AllReduceSum: return "AllReduceSum";
     case OpKind::AllGather: return "AllGather";
     case OpKind::SliceRows: return "SliceRows";
+    case OpKind::SaeActivation: return "SaeActivation";
+    case OpKind::NormRescale: return "NormRescale";
+    case OpKind::Sub: return "Sub";
     case OpKind::Count: break;
   }
   return "?";
@@ -145,6 +148,24 @@ void infer(const std::vector<Node>& nodes, Node& n) {
       n.shape = n.op == OpKind::Attention ? qs : Shape{qs[0], qs[1], qs[2], ks[1]};
       return;
     }
+    case OpKind::SaeActivation: {
+      const Shape& ps = in(0).shape;
+      const bool two = n.params.sae_act == SaeAct::JumpRelu || n.params.sae_act == SaeAct::Gated;
+      if (n.inputs.size() != (two ? 2u : 1u) || ps.rank < 1 ||
+          (n.params.sae_act == SaeAct::JumpRelu && in(1).shape != Shape{ps.last()}) ||
+          (n.params.sae_act == SaeAct::Gated && in(1).shape != ps) ||
+          (n.params.sae_act == SaeAct::TopK && (n.params.sae_k < 1 || n.params.sae_k > ps.last())))
+        shape_error(n.op, "expects pre [...,N] (jumprelu: threshold [N]; gated: gate [...,N]; topk: 1 <= k <= N)", ps,
+                    two ? in(1).shape : ps);
+      n.shape = ps;
+      return;
+    }
+    case OpKind::NormRescale:
+      if (in(0).shape.rank < 1 || in(0).shape.rows() != in(1).shape.rows() || (n.params.norm_power != 1 && n.params.norm_power != -1))
+        shape_error(n.op, "expects x and ref with the same rows, power +-1", in(0).shape, in(1).shape);
+      n.shape = in(0).shape;
+      return;
+    case OpKind::Sub:
     case OpKind::Add:
     case OpKind::SiluMul:
       if (in(0).shape != in(1).shape) shape_error(n.op, "shapes differ", in(0).shape, in(1).shape);

@@ -40,6 +40,23 @@ const std::vector<AliasRule>& alias_rules() {
         {R"(ffn_inp-(\d+))", "blocks.{}.hook_resid_mid"},
         {R"(ffn_norm-(\d+))", "blocks.{}.ln2.hook_out"},
         {R"(ffn_out-(\d+))", "blocks.{}.hook_mlp_out"},
+        // TransformerLens: the norms' outputs, and the attention and MLP inputs.
+        {R"(blocks\.(\d+)\.ln1\.hook_normalized)", "blocks.{}.ln1.hook_out"},
+        {R"(blocks\.(\d+)\.ln2\.hook_normalized)", "blocks.{}.ln2.hook_out"},
+        {R"(blocks\.(\d+)\.hook_mlp_in)", "blocks.{}.hook_resid_mid"},
+        // TransformerLens 3 (TransformerBridge): every component's hook_in / hook_out.
+        {R"(blocks\.(\d+)\.hook_in)", "blocks.{}.hook_resid_pre"},
+        {R"(blocks\.(\d+)\.hook_out)", "blocks.{}.hook_resid_post"},
+        {R"(blocks\.(\d+)\.ln1\.hook_in)", "blocks.{}.hook_resid_pre"},
+        {R"(blocks\.(\d+)\.attn\.hook_in)", "blocks.{}.ln1.hook_out"},
+        {R"(blocks\.(\d+)\.attn\.hook_out)", "blocks.{}.hook_attn_out"},
+        {R"(blocks\.(\d+)\.ln2\.hook_in)", "blocks.{}.hook_resid_mid"},
+        {R"(blocks\.(\d+)\.mlp\.hook_in)", "blocks.{}.ln2.hook_out"},
+        {R"(blocks\.(\d+)\.mlp\.hook_out)", "blocks.{}.hook_mlp_out"},
+        {R"(blocks\.(\d+)\.attn\.q\.hook_out)", "blocks.{}.attn.hook_q"},
+        {R"(blocks\.(\d+)\.attn\.k\.hook_out)", "blocks.{}.attn.hook_k"},
+        {R"(blocks\.(\d+)\.attn\.v\.hook_out)", "blocks.{}.attn.hook_v"},
+        {R"(blocks\.(\d+)\.attn\.o\.hook_in)", "blocks.{}.attn.hook_z"},
     };
     std::vector<AliasRule> r;
     for (const auto& [re, canon] : table) r.push_back({std::regex(re), canon});
@@ -125,9 +142,14 @@ std::string canonical_hook_name(std::string_view name, std::int64_t n_layers) {
     if (k > n_layers) bad_setting("hooks", "'{}' is past the last hidden state (the model has {} layers, so 0..{})", s, n_layers, n_layers);
     return "blocks." + std::to_string(k - 1) + ".hook_resid_post";
   }
-  if (s == "model.embed_tokens" || s == "inp_embd") return "hook_embed";
-  if (s == "model.norm" || s == "result_norm") return "ln_final.hook_out";
-  if (s == "lm_head" || s == "result_output") return "hook_logits";
+  // An SAE's points (sae.h) follow the name of the hook they hang on, alias or not.
+  if (const auto at = s.find(".hook_sae_"); at != std::string::npos && at > 0)
+    return canonical_hook_name(s.substr(0, at), n_layers) + s.substr(at);
+  if (s == "model.embed_tokens" || s == "inp_embd" || s == "embed.hook_out") return "hook_embed";
+  if (s == "model.norm" || s == "result_norm" || s == "ln_final.hook_normalized" || s == "unembed.hook_in")
+    return "ln_final.hook_out";
+  if (s == "lm_head" || s == "result_output" || s == "unembed.hook_out") return "hook_logits";
+  if (s == "ln_final.hook_in" && n_layers > 0) return "blocks." + std::to_string(n_layers - 1) + ".hook_resid_post";
   for (const auto& rule : alias_rules())
     if (std::regex_match(s, m, rule.pattern)) return replace_index(rule.canonical, m[1].str());
   return s;

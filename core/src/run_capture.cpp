@@ -4,6 +4,7 @@
 #include <sonde/run.h>
 #include <sonde/tokenizer.h>
 
+#include <charconv>
 #include <set>
 
 namespace sonde {
@@ -15,15 +16,31 @@ DType CaptureSettings::storage_dtype() const {
   return *st;
 }
 
+std::int64_t CaptureSettings::sparse_top_k() const {
+  if (sae_sparse.empty()) return -1;
+  if (sae_sparse == "nonzero") return 0;
+  std::int64_t k = 0;
+  if (sae_sparse.rfind("top:", 0) == 0) {
+    const char* b = sae_sparse.data() + 4;
+    const char* e = sae_sparse.data() + sae_sparse.size();
+    const auto [end, ec] = std::from_chars(b, e, k);
+    if (ec == std::errc() && end == e && b != e && k > 0) return k;
+  }
+  bad_setting("sae_sparse", "'{}' is not nonzero or top:K with K a positive integer", sae_sparse);
+}
+
 void CaptureSettings::check() const {
+  sparse_top_k();
   parse_position_policy(positions);
   parse_step_policy(diffusion_capture);
   storage_dtype();
 }
 
 nlohmann::json CaptureSettings::to_json() const {
-  return {{"hooks", hooks}, {"positions", positions}, {"diffusion_capture", diffusion_capture},
-          {"storage_dtype", storage}, {"compress", compress}};
+  nlohmann::json j{{"hooks", hooks}, {"positions", positions}, {"diffusion_capture", diffusion_capture},
+                   {"storage_dtype", storage}, {"compress", compress}};
+  if (!sae_sparse.empty()) j["sae_sparse"] = sae_sparse;  // absent when dense: earlier runs' digests hold
+  return j;
 }
 
 CaptureSpec make_capture_spec(const RunModel& s, const CaptureSettings& settings, bool per_sequence_ok) {

@@ -6,6 +6,7 @@
 #include <sonde/run.h>
 
 #include "edit_patch.h"
+#include "sae_edits.h"
 #include "run_internal.h"
 
 #include <cmath>
@@ -178,8 +179,13 @@ Edit resolve_one(const RunModel& m, const EditSpec& e, const HookPoint& h, const
 
 std::vector<Edit> resolve_edits(const RunModel& m, const std::vector<EditSpec>& specs, const EditLimits& lim) {
   std::vector<Edit> out;
-  for (const auto& e : specs)
+  for (const auto& e : specs) {
+    if (e.op == "sae_feature") {
+      out.push_back(sae_feature_edit(m.saes(), m.config().num_hidden_layers, e, parse_positions(e, lim), parse_steps(e, lim)));
+      continue;
+    }
     for (const auto& h : resolve_hooks(m, e)) out.push_back(resolve_one(m, e, h, lim));
+  }
   return out;
 }
 

@@ -60,6 +60,7 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
     for (const auto& e : o.edits) edits.push_back(e.to_json());
     j["edits"] = edits;
   }
+  if (const auto saes = s.saes(); !saes.empty()) j["saes"] = saes_json(saes);
   if (o.kind == RunKind::Generate && s.info().decoding == DecodingKind::MaskedDiffusion) j["decoding"] = decoding(s, prepared);
   if (o.kind == RunKind::Forward) j["logits"] = o.forward_logits ? "all" : "none";
   // Only when not the default, so an f32 run's config (and its digest) is what it was before --compute.
@@ -152,6 +153,7 @@ void Outputs::open(const RunOptions& o, const CaptureSpec& spec, const RunMetada
     so.path = want->path;
     so.storage = o.capture.storage_dtype();
     so.compress = o.capture.compress;
+    so.sparse_top_k = o.capture.sparse_top_k();
     so.overwrite = want->overwrite;
     so.streaming = committed;
     so.resume = committed && o.resume && fs::exists(want->path);

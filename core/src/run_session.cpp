@@ -30,6 +30,7 @@ class SessionModel final : public RunModel {
     static_cast<SessionDecodeForward&>(decoder()).begin_edit_rows(prompt_len, ids);
   }
   const Tokenizer* tokenizer() const override { return s_.tokenizer(); }
+  std::vector<AttachedSae> saes() const override { return s_.saes(); }
   std::string backend_name() const override { return s_.backend_name(); }
   std::string compute() const override { return s_.compute(); }
   std::filesystem::path model_dir() const override { return s_.model_dir(); }

@@ -133,6 +133,9 @@ std::unique_ptr<PlannedGraph> Session::build_planned(const BatchShape& shape, co
   GraphBuilder b([this](const std::string& name) { return backend_->weight(name); });
   model_->build(shape, b);
   pg->graph = b.finish();
+  // SAEs first: an edit of a hook an SAE reads then changes what the SAE sees, and an edit can
+  // name the SAE's own points (hook_sae_acts_post).
+  if (!saes_.empty()) insert_saes(pg->graph, saes_, [this](const std::string& name) { return backend_->weight(name); });
   if (!edits_.empty()) insert_edits(pg->graph, edits_);
   pg->plan = executor_->plan(pg->graph, shape.need_logits ? std::vector<std::string>{"logits"} : std::vector<std::string>{},
                              tapped);
@@ -144,6 +147,37 @@ std::map<std::string, Tensor> Session::run_graph(const Graph& g, const std::vect
                                                  const std::map<std::string, TensorView>& feeds) {
   const Plan plan = executor_->plan(g, outputs, {});
   return executor_->run(plan, feeds, {});
+}
+
+std::vector<HookPoint> Session::hook_points() const {
+  auto hooks = model_->hook_points();
+  for (const auto& a : saes_) {
+    const auto at = std::find_if(hooks.begin(), hooks.end(), [&](const HookPoint& h) { return h.name == a.hook_out; });
+    auto points = sae_hook_points(a);
+    // A later SAE on the same hook goes after the earlier one's points.
+    auto pos = at == hooks.end() ? hooks.end() : at + 1;
+    while (pos != hooks.end() && pos->name.rfind(a.hook + ".hook_sae_", 0) == 0) ++pos;
+    hooks.insert(pos, points.begin(), points.end());
+  }
+  if (info().diffusion())
+    for (auto& s : diffusion_state_hooks()) hooks.push_back(std::move(s));
+  return hooks;
+}
+
+const AttachedSae& Session::attach_sae(std::shared_ptr<const Sae> sae, bool splice, bool error_term) {
+  const auto& c = sae->config();
+  AttachedSae a = resolve_sae(std::move(sae), model_->hook_points(), config_.num_hidden_layers, saes_.size(), splice, error_term);
+  for (const auto& s : saes_)
+    if (s.hook == a.hook)
+      bad_setting("sae", "{}: hook '{}' already has an SAE ({}); one SAE per hook", c.folder, a.hook, s.sae->config().folder);
+  // The KV cache keeps these hooks' values by name, before any splice: a spliced K or V would
+  // reach this step's attention but not the cache.
+  if (splice && kv_hooks_.count(a.hook_out))
+    bad_setting("sae", "{}: splicing at '{}' (a hook the KV cache stores) is not supported", c.folder, a.hook_out);
+  for (const auto& [name, view] : sae_weight_views(a)) backend_->upload(name, view, Split::None);
+  saes_.push_back(std::move(a));
+  plans_->clear();
+  return saes_.back();
 }
 
 void Session::set_edits(std::vector<Edit> edits) {
@@ -158,13 +192,6 @@ const Tokenizer* Session::tokenizer() const {
     if (Tokenizer::available(dir_)) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(dir_));
   });
   return tokenizer_.get();
-}
-
-std::vector<HookPoint> Session::hook_points() const {
-  auto h = model_->hook_points();
-  if (info().diffusion())
-    for (auto& s : diffusion_state_hooks()) h.push_back(std::move(s));
-  return h;
 }
 
 }  // namespace sonde

@@ -10,6 +10,7 @@ class RequestView final : public RunModel {
   const ModelConfig& config() const override { return s_.config(); }
   const ModelInfo& info() const override { return s_.info(); }
   std::vector<HookPoint> hook_points() const override { return s_.hook_points(); }
+  std::vector<AttachedSae> saes() const override { return s_.saes(); }
   const Tokenizer* tokenizer() const override { return s_.tokenizer(); }
   std::string backend_name() const override { return s_.backend_name(); }
   std::string compute() const override { return s_.compute(); }

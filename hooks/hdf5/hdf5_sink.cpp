@@ -97,6 +97,7 @@ void Hdf5Sink::abandon() noexcept {
   if (queue_) queue_->stop();  // before any handle closes: the writer thread may be using them
   queue_.reset();
   acts_.clear();
+  sparse_.close();
   rows_ = {};
   prompts_ = {};
   steps_ = {};
@@ -122,6 +123,11 @@ void Hdf5Sink::check_rows(const Act& act, const TensorView& rows) const {
 void Hdf5Sink::write(const TapRecord& rec, const TensorView& rows) {
   h5::silence_errors();
   require_open("write");
+  if (sparse_.has(rec.hook)) {
+    std::size_t bytes = 0;
+    auto job = sparse_.prepare(rec.hook, rows, storage_, bytes);
+    return submit(bytes, std::move(job));
+  }
   auto it = acts_.find(rec.hook);
   if (it == acts_.end()) runtime_error("HDF5 sink {}: hook '{}' was not selected at open", path_, rec.hook);
   check_rows(it->second, rows);
@@ -207,6 +213,7 @@ void Hdf5Sink::write_checkpoint(const h5::ProgressValues& v) {
 // Writes the rows each dataset gathered (Extendible batches its appends) and flushes it.
 void Hdf5Sink::flush_datasets() {
   for (auto& [name, act] : acts_) act.data.flush();
+  sparse_.flush();
   rows_.flush();
   prompts_.flush();
   if (steps_) steps_.flush();
@@ -250,6 +257,7 @@ void Hdf5Sink::close() {
 void Hdf5Sink::close_objects() {
   for (auto& [name, act] : acts_) act.data.close();
   acts_.clear();
+  sparse_.close();
   rows_.close();
   prompts_.close();
   if (steps_) steps_.close();

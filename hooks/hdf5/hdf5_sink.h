@@ -11,6 +11,7 @@
 // The Sink's own calls must not overlap (one producer thread).
 #include "h5_float_types.h"
 #include "h5_handles.h"
+#include "sparse_acts.h"
 #include "tables.h"
 #include "write_queue.h"
 
@@ -34,7 +35,7 @@ class Hdf5Sink final : public Sink, public ArrayReader {
   ~Hdf5Sink() override;  // closes without marking the file complete
 
   CommitMark open(const SinkOptions& options, const RunMetadata& meta, const std::vector<HookPoint>& hooks) override;
-  bool wants(const std::string& hook) const override { return acts_.count(hook) > 0; }
+  bool wants(const std::string& hook) const override { return acts_.count(hook) > 0 || sparse_.has(hook); }
   void write(const TapRecord& rec, const TensorView& rows) override;
   void add_rows(const std::vector<RowRecord>& rows) override;
   void add_steps(const std::vector<StepRecord>& steps) override;
@@ -92,6 +93,10 @@ class Hdf5Sink final : public Sink, public ArrayReader {
   h5::Handle acts_group_, types_group_;
   h5::StorageType storage_;
   std::map<std::string, Act> acts_;
+  // SAE feature activations stored as CSR (SinkOptions::sparse_top_k >= 0): their hooks are
+  // taken out of the hook list open() passes on, and kept here.
+  std::vector<HookPoint> sparse_hooks_;
+  SparseActs sparse_;
   h5::RowsTable rows_;
   h5::PromptsTable prompts_;
   h5::StepsTable steps_;

@@ -158,6 +158,11 @@ void build(const h5::Handle& out, const std::vector<Part>& parts, const RunMetad
   h5::write_attr(out, "schema", std::string(kSchema));
   h5::write_attr(out, "data_parallel_parts", static_cast<std::int64_t>(parts.size()));
 
+  // CSR offsets of one part do not hold in the whole (each part's start at 0): no virtual view.
+  for (const auto& p : parts)
+    if (h5::has_link(p.file, "sparse"))
+      bad_input("HDF5 join: {} holds sparse SAE activations (/sparse), which a data-parallel run cannot join yet; "
+                "read each part's /sparse, or run on one process", p.path);
   const auto hooks = act_names(parts[0].file);
   for (const auto& p : parts)
     if (act_names(p.file) != hooks) runtime_error("HDF5 join: {} holds other hooks than {}", p.path, parts[0].path);

@@ -73,9 +73,13 @@ void Hdf5Sink::check_open_args(const SinkOptions& options, const RunMetadata& me
   if (!options.resume) check_output_path(options.path, options.overwrite);
 }
 
-CommitMark Hdf5Sink::open(const SinkOptions& options, const RunMetadata& meta, const std::vector<HookPoint>& hooks) {
+CommitMark Hdf5Sink::open(const SinkOptions& options, const RunMetadata& meta, const std::vector<HookPoint>& all_hooks) {
   h5::silence_errors();
-  check_open_args(options, meta, hooks);
+  check_open_args(options, meta, all_hooks);
+  if (options.sparse_top_k < -1) bad_input("HDF5 sink {}: sparse_top_k {} is below -1", options.path, options.sparse_top_k);
+  std::vector<HookPoint> hooks;  // stored dense, under /acts
+  sparse_hooks_.clear();
+  for (const auto& h : all_hooks) (options.sparse_top_k >= 0 && sparse_hook(h.name) && h.row_shape.size() == 1 ? sparse_hooks_ : hooks).push_back(h);
   options_ = options;
   path_ = options.path;
   counts_ = {};
@@ -106,6 +110,7 @@ void Hdf5Sink::build_layout(const RunMetadata& meta, const std::vector<HookPoint
   types_group_ = h5::create_group(file_, "types");
   storage_ = h5::make_storage_type(options_.storage, types_group_);
   create_acts(hooks, options_.compress);
+  sparse_.create(file_, sparse_hooks_, storage_, options_.sparse_top_k, options_.compress);
   rows_.create(file_);
   prompts_.create(file_);
   if (options_.diffusion) steps_.create(file_);
@@ -142,6 +147,7 @@ h5::ProgressValues Hdf5Sink::prepare_resume(const RunMetadata& meta, const std::
   if (options_.resume_at) v = rewound(v, *options_.resume_at);
   // Shrinking an extent is not allowed under SWMR, so the trim happens before SWMR writing starts.
   for (auto& [name, act] : acts_) act.data.truncate(static_cast<hsize_t>(v.rows));
+  sparse_.truncate(v.rows);
   rows_.truncate(v.rows);
   prompts_.truncate(v.prompts);
   if (steps_) steps_.truncate(v.steps);
@@ -197,6 +203,7 @@ void Hdf5Sink::open_objects(const std::vector<HookPoint>& hooks) {
     check_act(act);
     acts_.emplace(h.name, std::move(act));
   }
+  sparse_.open(file_, sparse_hooks_, options_.storage, path_);
   rows_.open(file_);
   prompts_.open(file_);
   if (options_.diffusion) steps_.open(file_);

@@ -55,6 +55,8 @@ std::string join_ids(const std::vector<std::int64_t>& ids) {
 }
 
 std::vector<std::string> built_backends() {
+  // Asked once per process: every parameterised suite asks at test discovery, which has a time limit.
+  static const std::vector<std::string> names = [] {
   const auto r = run_sonde({"plugins", "--json"});
   if (r.exit_code != 0) throw std::runtime_error("sonde plugins failed: " + r.output);
   // SONDE_TEST_BACKENDS=threaded,...: only these (CI's sanitizer builds run the model-level
@@ -68,6 +70,8 @@ std::vector<std::string> built_backends() {
     if (p["kind"] == "backend" && (only.empty() || only.find("," + p["name"].get<std::string>() + ",") != std::string::npos))
       names.push_back(p["name"]);
   if (names.empty()) throw std::runtime_error("no backend built is in SONDE_TEST_BACKENDS=" + only);
+  return names;
+  }();
   return names;
 }
 

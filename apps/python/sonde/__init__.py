@@ -14,11 +14,12 @@ from ._sonde import BadInput, Error, HookError, RuntimeFailure
 from ._model import Cache, Finished, Generation, HookPoint, Model, Step, Token, Tokenizer, ROW_KINDS
 from ._batch import batch
 from ._submit import Completion, Handle
-from ._dump import Dump, open_dump
+from ._dump import Dump, SparseRows, open_dump
 from ._report import report
 
 __all__ = ["Model", "Tokenizer", "Cache", "Generation", "Handle", "Completion", "HookPoint", "Token", "Step", "Finished", "ROW_KINDS",
-           "Error", "BadInput", "RuntimeFailure", "HookError", "bf16_to_f32", "batch", "open_dump", "Dump", "report"]
+           "Error", "BadInput", "RuntimeFailure", "HookError", "bf16_to_f32", "batch", "open_dump", "Dump", "SparseRows",
+           "report"]
 
 
 def bf16_to_f32(bits):

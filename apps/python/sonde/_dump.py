@@ -5,6 +5,28 @@ import numpy as np
 ROW_COLUMNS = ("prompt_idx", "pos", "token_id", "step", "kind", "fresh", "computed_step")
 
 
+class SparseRows:
+    """SAE feature activations of some rows in SciPy's CSR layout (docs/sae.md): row r's features
+    are indices[indptr[r]:indptr[r+1]] with values data[...] (float32), shape (rows, n_cols).
+    to_scipy() gives a scipy.sparse.csr_matrix (SciPy needed), toarray() a dense numpy array."""
+
+    def __init__(self, data, indices, indptr, shape):
+        self.data, self.indices, self.indptr, self.shape = data, indices, indptr, shape
+
+    def toarray(self):
+        out = np.zeros(self.shape, np.float32)
+        rows = np.repeat(np.arange(self.shape[0]), np.diff(self.indptr))
+        out[rows, self.indices] = self.data
+        return out
+
+    def to_scipy(self):
+        import scipy.sparse
+        return scipy.sparse.csr_matrix((self.data, self.indices, self.indptr), shape=self.shape)
+
+    def __repr__(self):
+        return f"SparseRows(shape={self.shape}, nnz={len(self.data)})"
+
+
 def _string(f, group, name, i):
     off = f[group][f"{name}_offsets"]
     a, b = int(off[i]), int(off[i + 1])
@@ -38,6 +60,8 @@ class Dump:
             self.attrs = {}
         self.complete = bool(self.attrs.get("complete", 0))
         self.hooks = {name: tuple(d.shape[1:]) for name, d in f["acts"].items()} if "acts" in f else {}
+        # Hooks stored sparse (--sae-sparse): name -> n_cols
+        self.sparse_hooks = {name: int(g.attrs["n_cols"]) for name, g in f["sparse"].items()} if "sparse" in f else {}
         n = f["prompts/prompt_idx"].shape[0] if "prompts" in f else 0
         if "progress/mark" in f and not self.complete:  # never read past the last checkpoint
             mark = f["progress/mark"]
@@ -84,6 +108,16 @@ class Dump:
             return d[:end]
         a, b = self._range(prompt)
         return d[a:b]
+
+    def sparse(self, hook, prompt=None):
+        """A sparse hook's rows (SparseRows, CSR): of one prompt, or every committed row."""
+        if hook not in self.sparse_hooks:
+            raise KeyError(f"{hook!r} is not stored sparse in {self.path}; sparse: {', '.join(self.sparse_hooks) or 'none'}")
+        g = self._f["sparse"][hook]
+        a, b = (0, self._range(self._n - 1)[1] if self._n else 0) if prompt is None else self._range(prompt)
+        ptr = g["indptr"][a:b + 1].astype(np.int64)
+        lo, hi = int(ptr[0]), int(ptr[-1])
+        return SparseRows(g["values"][lo:hi].astype(np.float32), g["indices"][lo:hi], ptr - lo, (b - a, self.sparse_hooks[hook]))
 
     def rows(self, prompt=None):
         """The /rows columns (prompt_idx, pos, token_id, step, kind, fresh, computed_step), of one prompt or all."""

@@ -162,6 +162,18 @@ class Model:
         """Every hook point, in the model's order: a list of HookPoint(name, row_shape)."""
         return [HookPoint(n, tuple(s)) for n, s in self._engine.hook_points()]
 
+    def attach_sae(self, path, splice=False, error_term=False):
+        """Attaches a SAELens SAE or transcoder folder (docs/sae.md) to every later call: adds
+        `<hook>.hook_sae_input`, `_acts_pre`, `_acts_post`, `_recons`, `_error` and `_output`
+        hook points (for run_with_cache, generate, hooks and edits). splice: the output hook's
+        value is replaced by the SAE's output in every forward (plus its error with error_term),
+        as the CLI's --sae-splice / --sae-error-term, chosen per SAE. Returns a dict: folder,
+        architecture, hook (canonical), d_in, d_sae, splice, error_term. Raises sonde.BadInput
+        for a bad folder, a hook the model lacks or a width that does not fit."""
+        if error_term and not splice:
+            raise ValueError("attach_sae: error_term needs splice=True")
+        return json.loads(self._engine.attach_sae(str(path), bool(splice), bool(error_term)))
+
     def apply_chat_template(self, messages, add_generation_prompt=True):
         """The chat rendered with the model's template; messages: [{"role", "content"}, ...]."""
         return self._engine.chat([(m["role"], m["content"]) for m in messages], add_generation_prompt)

@@ -432,6 +432,13 @@ PYBIND11_MODULE(_sonde, m) {
              for (const auto& h : e.session->hook_points()) out.append(pb::make_tuple(h.name, pb::tuple(pb::cast(h.row_shape))));
              return out;
            })
+      .def("attach_sae",
+           [](Loaded& e, const std::string& path, bool splice, bool error_term) {
+             pb::gil_scoped_release nogil;
+             const auto& a = e.session->attach_sae(Sae::load(path), splice, error_term);
+             return saes_json({a}).at(0).dump();
+           },
+           "path"_a, "splice"_a = false, "error_term"_a = false)
       .def("encode", [](Loaded& e, const std::string& text) { return tokenizer_of(e).encode(text); })
       .def("decode",
            [](Loaded& e, const std::vector<std::int32_t>& ids, bool skip_special) {

@@ -27,6 +27,12 @@ struct EditSpec {
   nlohmann::json positions = "all";  // "all", "prompt", "generated" or a list of positions
   std::string steps = "all";         // "all", "A-B", "A" or "every:K"
   std::vector<std::int64_t> heads;   // per-head hooks: the heads edited (empty: all)
+  // sae_feature (docs/sae.md): the SAE (its folder as given to --sae, or its hook; empty when one
+  // is attached), the feature, and what is done to it: "value" (set to `value`), "scale" (times
+  // `scale`) or "add" (`scale` times W_dec[feature] added: the steering vector of the feature).
+  std::string sae;
+  std::int64_t feature = -1;
+  std::string feature_op;
   EditFn fn;                         // op host: the function (not recorded)
 
   nlohmann::json to_json() const;    // recorded in run_config_json

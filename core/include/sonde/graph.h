@@ -42,10 +42,18 @@ enum class OpKind : std::uint8_t {
   AllGather,     // (x) f32 -> every rank's x[..., keep_begin:keep_end along params.axis, ...]
                  // concatenated in rank order along params.axis, params.gathered long
   SliceRows,  // (x[B,T,...]) -> x[:, row_begin:row_end, ...] along dim 1 (the LM head's rows only)
+  // Sparse autoencoders (sae.h). Rows are the last dim; formulas in docs/sae.md.
+  SaeActivation,  // (pre[...,N] [, t]) -> params.sae_act: relu(pre); jumprelu: pre > t[N] ? relu(pre) : 0;
+                  // topk: the sae_k largest pre of each row relu'd, the rest 0 (ties: lower index);
+                  // gated: t[...,N] > 0 ? relu(pre) : 0
+  NormRescale,    // (x[...,E], ref[...,F]) -> x * (|ref| / sqrt(F))^params.norm_power per row (power +-1)
+  Sub,            // (a, b) -> a - b, same shapes
   Count
 };
 
 std::string_view op_name(OpKind op);
+
+enum class SaeAct : std::uint8_t { Relu, JumpRelu, TopK, Gated };
 
 struct OpParams {
   float eps = 0.0f;          // RmsNorm
@@ -66,6 +74,9 @@ struct OpParams {
   // kv_group 0: the usual nh / nkv contiguous groups.
   std::int64_t q_head0 = 0, kv_head0 = 0, kv_group = 0;
   std::int64_t row_begin = 0, row_end = 0;  // SliceRows: rows [row_begin, row_end) of dim 1
+  SaeAct sae_act = SaeAct::Relu;  // SaeActivation
+  std::int64_t sae_k = 0;         // SaeActivation topk: features kept per row
+  int norm_power = 1;             // NormRescale: +1 multiplies by |ref| / sqrt(F), -1 divides
 };
 
 struct Node {

@@ -261,6 +261,38 @@ inline EditDims check_edit(const Node& n, Inputs in, const TensorView& out) {
   return d;
 }
 
+// SaeActivation: pre[...,N] [, threshold[N] (jumprelu) | gate[...,N] (gated)] -> [...,N].
+struct SaeActDims { std::int64_t rows, N, k; };
+inline SaeActDims check_sae_activation(const Node& n, Inputs in, const TensorView& out) {
+  const SaeAct a = n.params.sae_act;
+  const bool two = a == SaeAct::JumpRelu || a == SaeAct::Gated;
+  expect_arity(n, in, two ? 2 : 1, two ? 2 : 1);
+  expect_float(n, in[0], "pre");
+  const Shape& p = in[0].shape;
+  if (p.rank < 1) fail(n, "pre is a scalar");
+  if (a == SaeAct::JumpRelu && in[1].shape != Shape{p.last()})
+    fail(n, "threshold {} is not [{}]", in[1].shape.str(), p.last());
+  if (a == SaeAct::Gated && in[1].shape != p) fail(n, "gate {} is not pre's {}", in[1].shape.str(), p.str());
+  if (two) expect_float(n, in[1], a == SaeAct::Gated ? "gate" : "threshold");
+  if (a == SaeAct::TopK && (n.params.sae_k < 1 || n.params.sae_k > p.last()))
+    fail(n, "k = {} is outside 1..{}", n.params.sae_k, p.last());
+  expect_out(n, out, p, DType::f32);
+  return {p.rows(), p.last(), n.params.sae_k};
+}
+
+// NormRescale: x[...,E], ref[...,F] (same rows) -> x * (|ref| / sqrt(F))^power.
+struct NormRescaleDims { std::int64_t rows, E, F; };
+inline NormRescaleDims check_norm_rescale(const Node& n, Inputs in, const TensorView& out) {
+  expect_arity(n, in, 2, 2);
+  expect_float(n, in[0], "x");
+  expect_float(n, in[1], "ref");
+  if (in[0].shape.rank < 1 || in[1].shape.rank < 1) fail(n, "x or ref is a scalar");
+  if (in[0].shape.rows() != in[1].shape.rows()) fail(n, "x {} and ref {} differ in rows", in[0].shape.str(), in[1].shape.str());
+  if (n.params.norm_power != 1 && n.params.norm_power != -1) fail(n, "power {} is not +1 or -1", n.params.norm_power);
+  expect_out(n, out, in[0].shape, DType::f32);
+  return {in[0].shape.rows(), in[0].shape.last(), in[1].shape.last()};
+}
+
 // Key slot u is visible to query t (at key slot qs = t + S - T) iff causal order allows it and
 // both slots are real tokens: Dream's pairwise mask m[q] & m[k], Qwen2's key mask plus u <= qs.
 inline bool allowed(bool causal, const std::uint8_t* mask, std::int64_t qs, std::int64_t u) {
@@ -285,7 +317,10 @@ inline bool supports_with(const Node& n, std::span<const DType> t, bool (*float_
       if (n.params.kv_group > 0) return false;
       return (t.size() == 3 || t.size() == 4) && fl(0) && fl(1) && fl(2) && (t.size() == 3 || t[3] == DType::u8) && f32_out;
     case OpKind::Add:
+    case OpKind::Sub:
+    case OpKind::NormRescale:
     case OpKind::SiluMul: return t.size() == 2 && fl(0) && fl(1) && f32_out;
+    case OpKind::SaeActivation: return (t.size() == 1 || t.size() == 2) && fl(0) && (t.size() == 1 || fl(1)) && f32_out;
     case OpKind::Concat: return t.size() == 2 && t[0] == t[1] && n.dtype == t[0];
     case OpKind::SliceRows: return t.size() == 1 && n.dtype == t[0];
     case OpKind::EditAffine:

@@ -34,6 +34,10 @@ struct CaptureSettings {
   std::string diffusion_capture = "commit";  // commit, final, all, every:K
   std::string storage = "f32";               // f32, bf16, f16
   bool compress = false;                     // shuffle + deflate
+  // SAE feature activations (hooks *.hook_sae_acts_post, sae.h) stored sparse: "" dense,
+  // "nonzero" every non-zero value of a row, "top:K" its K largest (docs/sae.md).
+  std::string sae_sparse;
+  std::int64_t sparse_top_k() const;         // -1 (dense), 0 (nonzero) or K; BadInput naming the value
   // BadInput naming the setting and value; checks everything that needs no model.
   void check() const;
   DType storage_dtype() const;
@@ -67,6 +71,8 @@ class RunModel {
   // The model as the step-level engine drives it (engine.h), kept for the run; null: the run
   // layer's own micro-batches over decoder() instead (fakes of unit tests).
   virtual EngineModel* engine_model() { return nullptr; }
+  // SAEs attached to the model (sae.h): recorded in run_config_json (key saes).
+  virtual std::vector<AttachedSae> saes() const { return {}; }
 };
 
 // The capture spec of `settings` for a model: hooks resolved (closest names suggested for

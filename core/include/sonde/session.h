@@ -6,6 +6,7 @@
 #include <sonde/executor.h>
 #include <sonde/model.h>
 #include <sonde/safetensors.h>
+#include <sonde/sae.h>
 
 #include <cstdint>
 #include <map>
@@ -59,8 +60,9 @@ class Session {
 
   const ModelConfig& config() const { return config_; }
   const ModelInfo& info() const { return info_; }
-  // The model's hook points, and for a diffusion model the denoising loop's own state (capture.h's
-  // diffusion_state_hooks: the loop, in core, fills them, so no model plugin lists them).
+  // The model's hook points, after each attached SAE's output hook its hook_sae_* points, and for
+  // a diffusion model the denoising loop's own state (capture.h's diffusion_state_hooks: the loop,
+  // in core, fills them, so no model plugin lists them).
   std::vector<HookPoint> hook_points() const;
   Backend& backend() { return *backend_; }
   std::string backend_name() const { return backend_->info().name; }
@@ -111,6 +113,13 @@ class Session {
   void set_edits(std::vector<Edit> edits);
   const std::vector<Edit>& edits() const { return edits_; }
 
+  // Attaches an SAE or transcoder (sae.h) to every later forward: its hooks resolved against the
+  // model (BadInput for a hook it lacks or a width that does not fit), its weights uploaded, its
+  // hook_sae_* points added; with `splice` the output hook's consumers read the SAE's output
+  // (plus the error with `error_term`). Drops the planned graphs. Returns the attachment.
+  const AttachedSae& attach_sae(std::shared_ptr<const Sae> sae, bool splice, bool error_term);
+  const std::vector<AttachedSae>& saes() const { return saes_; }
+
   // Graphs built and planned so far. Calls alike but for the past length (decode steps, diffusion
   // steps) reuse the graph and plan of the first one: a decode run builds one for its prefill and
   // one for all its steps.
@@ -139,6 +148,7 @@ class Session {
   mutable std::unique_ptr<Tokenizer> tokenizer_;
   std::map<std::string, std::pair<std::size_t, bool>> kv_hooks_;  // hook -> (layer, is V)
   std::vector<Edit> edits_;
+  std::vector<AttachedSae> saes_;
 };
 
 }  // namespace sonde

@@ -63,6 +63,9 @@ struct SinkOptions {
   // first a checkpoint ahead; the run continues from the mark of the sink that cannot rewind.
   std::optional<CommitMark> resume_at;
   bool diffusion = false;      // create the /steps table
+  // Hooks named *.hook_sae_acts_post (sae.h) stored sparse (CSR, docs/hdf5-layout.md): -1 no
+  // (dense, under /acts); 0 every non-zero value of a row; K its K largest non-zero values.
+  std::int64_t sparse_top_k = -1;
   std::size_t queue_bytes = std::size_t{256} << 20;  // bound on data waiting for the writer thread
 };
 

@@ -1,0 +1,181 @@
+// The feature dashboard file (feature_file.h).
+#include "feature_file.h"
+
+#include "h5_handles.h"
+
+#include <sonde/error.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+namespace sonde::feature_stats {
+namespace {
+
+using h5::Handle;
+
+template <typename T>
+void write(const Handle& f, const std::string& name, hid_t file_type, hid_t mem_type, const std::vector<T>& v,
+           std::vector<hsize_t> dims) {
+  const Handle space = h5::create_space(dims, dims);
+  const Handle d = h5::create_dataset(f, name, file_type, space, Handle(), h5::with_parent_groups());
+  if (!v.empty()) h5::check_rc(H5Dwrite(d.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "write", d.where());
+}
+void write_f64(const Handle& f, const std::string& n, const std::vector<double>& v, std::vector<hsize_t> dims) {
+  write(f, n, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v, std::move(dims));
+}
+void write_i64(const Handle& f, const std::string& n, const std::vector<std::int64_t>& v, std::vector<hsize_t> dims) {
+  write(f, n, H5T_STD_I64LE, H5T_NATIVE_INT64, v, std::move(dims));
+}
+void write_i32(const Handle& f, const std::string& n, const std::vector<std::int32_t>& v, std::vector<hsize_t> dims) {
+  write(f, n, H5T_STD_I32LE, H5T_NATIVE_INT32, v, std::move(dims));
+}
+
+template <typename T>
+std::vector<T> read_all(const Handle& f, const std::string& name, hid_t mem) {
+  const Handle d = h5::open_dataset(f, name);
+  const Handle space = h5::dataset_space(d);
+  const auto n = H5Sget_simple_extent_npoints(space.id());
+  std::vector<T> v(static_cast<std::size_t>(n));
+  if (n > 0) h5::check_rc(H5Dread(d.id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "read", d.where());
+  return v;
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+void write_hook(const Handle& f, const std::string& name, const FeatureState& s) {
+  const std::string g = "/features/" + name + "/";
+  const auto F = static_cast<hsize_t>(s.features);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> freq(F), mean(F);
+  for (std::size_t j = 0; j < F; ++j) {
+    freq[j] = s.rows ? static_cast<double>(s.n_fire[j]) / static_cast<double>(s.rows) : nan;
+    mean[j] = s.n_fire[j] ? s.sum[j] / static_cast<double>(s.n_fire[j]) : nan;
+  }
+  write_i64(f, g + "rows", {s.rows}, {1});
+  write_i64(f, g + "n_fire", s.n_fire, {F});
+  write_f64(f, g + "frequency", freq, {F});
+  write_f64(f, g + "sum", s.sum, {F});
+  write_f64(f, g + "mean_active", mean, {F});
+  write_f64(f, g + "max", s.max, {F});
+  write_i64(f, g + "hist", s.hist, {F, static_cast<hsize_t>(kBins)});
+  write_f64(f, g + "hist_edges", hist_edges(), {static_cast<hsize_t>(kBins + 1)});
+  const std::size_t N = kTopN;
+  std::vector<double> value(F * N, nan);
+  std::vector<std::int64_t> row(F * N, -1), prompt(F * N, -1);
+  std::vector<std::int32_t> pos(F * N, -1), step(F * N, -1), ctx(F * N * kContext, -1);
+  for (std::size_t j = 0; j < F; ++j)
+    for (std::size_t k = 0; k < s.top[j].size(); ++k) {
+      const TopEntry& e = s.top[j][k];
+      const std::size_t at = j * N + k;
+      value[at] = e.value;
+      row[at] = e.row;
+      prompt[at] = e.prompt_idx;
+      pos[at] = e.pos;
+      step[at] = e.step;
+      std::copy(e.context, e.context + kContext, ctx.begin() + static_cast<std::ptrdiff_t>(at * kContext));
+    }
+  write_f64(f, g + "top_value", value, {F, N});
+  write_i64(f, g + "top_row", row, {F, N});
+  write_i64(f, g + "top_prompt_idx", prompt, {F, N});
+  write_i32(f, g + "top_pos", pos, {F, N});
+  write_i32(f, g + "top_step", step, {F, N});
+  write_i32(f, g + "top_context", ctx, {F, N, static_cast<hsize_t>(kContext)});
+}
+
+FeatureState read_hook(const Handle& f, const std::string& name, std::int64_t features, const std::string& path) {
+  const std::string g = "/features/" + name + "/";
+  if (!h5::has_link(f, "features") || H5Lexists(f.id(), ("/features/" + name).c_str(), H5P_DEFAULT) <= 0)
+    bad_input("resume: {} has no feature statistics for hook '{}'", path, name);
+  FeatureState s(features);
+  s.rows = read_all<std::int64_t>(f, g + "rows", H5T_NATIVE_INT64).at(0);
+  s.n_fire = read_all<std::int64_t>(f, g + "n_fire", H5T_NATIVE_INT64);
+  s.sum = read_all<double>(f, g + "sum", H5T_NATIVE_DOUBLE);
+  s.max = read_all<double>(f, g + "max", H5T_NATIVE_DOUBLE);
+  s.hist = read_all<std::int64_t>(f, g + "hist", H5T_NATIVE_INT64);
+  if (static_cast<std::int64_t>(s.n_fire.size()) != features || static_cast<std::int64_t>(s.hist.size()) != features * kBins)
+    bad_input("resume: {} holds {} features for hook '{}', this run's SAE has {}", path, s.n_fire.size(), name, features);
+  const auto value = read_all<double>(f, g + "top_value", H5T_NATIVE_DOUBLE);
+  const auto row = read_all<std::int64_t>(f, g + "top_row", H5T_NATIVE_INT64);
+  const auto prompt = read_all<std::int64_t>(f, g + "top_prompt_idx", H5T_NATIVE_INT64);
+  const auto pos = read_all<std::int32_t>(f, g + "top_pos", H5T_NATIVE_INT32);
+  const auto step = read_all<std::int32_t>(f, g + "top_step", H5T_NATIVE_INT32);
+  const auto ctx = read_all<std::int32_t>(f, g + "top_context", H5T_NATIVE_INT32);
+  for (std::size_t j = 0; j < static_cast<std::size_t>(features); ++j)
+    for (std::size_t k = 0; k < static_cast<std::size_t>(kTopN); ++k) {
+      const std::size_t at = j * kTopN + k;
+      if (row[at] < 0) break;
+      TopEntry e;
+      e.value = value[at];
+      e.row = row[at];
+      e.prompt_idx = prompt[at];
+      e.pos = pos[at];
+      e.step = step[at];
+      std::copy(ctx.begin() + static_cast<std::ptrdiff_t>(at * kContext), ctx.begin() + static_cast<std::ptrdiff_t>((at + 1) * kContext), e.context);
+      s.top[j].push_back(e);
+    }
+  return s;
+}
+
+}  // namespace
+
+void write_feature_file(const std::string& path, const FileState& s, bool durable) {
+  h5::silence_errors();
+  const std::string tmp = path + ".tmp";
+  {
+    Handle f = h5::create_file(tmp, true);
+    h5::write_attr(f, "schema", std::string("sonde.features/1"));
+    h5::write_attr(f, "complete", std::int64_t{s.complete ? 1 : 0});
+    for (const auto& [k, v] : s.meta.strings) h5::write_attr(f, k, v);
+    for (const auto& [k, v] : s.meta.ints) h5::write_attr(f, k, v);
+    h5::write_attr(f, "top_n", std::int64_t{kTopN});
+    h5::write_attr(f, "window", std::int64_t{kWindow});
+    write_i64(f, "/progress/mark", {s.mark.prompts, s.mark.rows, 0, static_cast<std::int64_t>(s.mark.results_bytes)}, {4});
+    std::vector<std::uint8_t> bytes;
+    std::vector<std::int64_t> offsets{0};
+    for (const auto& id : s.prompt_id) {
+      bytes.insert(bytes.end(), id.begin(), id.end());
+      offsets.push_back(static_cast<std::int64_t>(bytes.size()));
+    }
+    write_i64(f, "/prompts/prompt_idx", s.prompt_idx, {s.prompt_idx.size()});
+    write(f, "/prompts/id_bytes", H5T_STD_U8LE, H5T_NATIVE_UINT8, bytes, {bytes.size()});
+    write_i64(f, "/prompts/id_offsets", offsets, {offsets.size()});
+    for (const auto& [name, st] : s.hooks) write_hook(f, name, st);
+    f.close();
+  }
+  if (durable) fsync_path(tmp);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) runtime_error("feature stats: cannot rename {} to {}: {}", tmp, path, ec.message());
+  if (durable) fsync_path(std::filesystem::path(path).parent_path().empty() ? "." : std::filesystem::path(path).parent_path().string());
+}
+
+FileState read_feature_file(const std::string& path, const std::vector<HookPoint>& hooks, const std::string& run_config_sha) {
+  h5::silence_errors();
+  Handle f = h5::open_file(path, H5F_ACC_RDONLY);
+  if (!h5::has_attr(f, "schema") || h5::read_string_attr(f, "schema") != "sonde.features/1")
+    bad_input("{} is not a sonde feature statistics file", path);
+  const auto sha = h5::has_attr(f, "run_config_sha256") ? h5::read_string_attr(f, "run_config_sha256") : "";
+  if (sha != run_config_sha) bad_input("resume: {} was written by another run (run_config_sha256 differs)", path);
+  FileState s;
+  const auto mark = read_all<std::int64_t>(f, "/progress/mark", H5T_NATIVE_INT64);
+  s.mark = CommitMark{mark.at(0), mark.at(1), static_cast<std::uint64_t>(mark.at(3))};
+  s.prompt_idx = read_all<std::int64_t>(f, "/prompts/prompt_idx", H5T_NATIVE_INT64);
+  const auto bytes = read_all<std::uint8_t>(f, "/prompts/id_bytes", H5T_NATIVE_UINT8);
+  const auto offsets = read_all<std::int64_t>(f, "/prompts/id_offsets", H5T_NATIVE_INT64);
+  for (std::size_t i = 0; i + 1 < offsets.size(); ++i)
+    s.prompt_id.emplace_back(bytes.begin() + offsets[i], bytes.begin() + offsets[i + 1]);
+  for (const auto& h : hooks) s.hooks.emplace(h.name, read_hook(f, h.name, h.row_shape.at(0), path));
+  return s;
+}
+
+}  // namespace sonde::feature_stats
