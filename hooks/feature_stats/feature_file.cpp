@@ -2,11 +2,10 @@
 #include "feature_file.h"
 
 #include "h5_handles.h"
+#include "h5_rewrite.h"
 
 #include <sonde/error.h>
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -17,40 +16,17 @@ namespace {
 
 using h5::Handle;
 
-template <typename T>
-void write(const Handle& f, const std::string& name, hid_t file_type, hid_t mem_type, const std::vector<T>& v,
-           std::vector<hsize_t> dims) {
-  const Handle space = h5::create_space(dims, dims);
-  const Handle d = h5::create_dataset(f, name, file_type, space, Handle(), h5::with_parent_groups());
-  if (!v.empty()) h5::check_rc(H5Dwrite(d.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "write", d.where());
-}
 void write_f64(const Handle& f, const std::string& n, const std::vector<double>& v, std::vector<hsize_t> dims) {
-  write(f, n, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v, std::move(dims));
+  h5::write_all(f, n, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v, std::move(dims));
 }
 void write_i64(const Handle& f, const std::string& n, const std::vector<std::int64_t>& v, std::vector<hsize_t> dims) {
-  write(f, n, H5T_STD_I64LE, H5T_NATIVE_INT64, v, std::move(dims));
+  h5::write_all(f, n, H5T_STD_I64LE, H5T_NATIVE_INT64, v, std::move(dims));
 }
 void write_i32(const Handle& f, const std::string& n, const std::vector<std::int32_t>& v, std::vector<hsize_t> dims) {
-  write(f, n, H5T_STD_I32LE, H5T_NATIVE_INT32, v, std::move(dims));
+  h5::write_all(f, n, H5T_STD_I32LE, H5T_NATIVE_INT32, v, std::move(dims));
 }
 
-template <typename T>
-std::vector<T> read_all(const Handle& f, const std::string& name, hid_t mem) {
-  const Handle d = h5::open_dataset(f, name);
-  const Handle space = h5::dataset_space(d);
-  const auto n = H5Sget_simple_extent_npoints(space.id());
-  std::vector<T> v(static_cast<std::size_t>(n));
-  if (n > 0) h5::check_rc(H5Dread(d.id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "read", d.where());
-  return v;
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
+using h5::read_all;
 
 void write_hook(const Handle& f, const std::string& name, const FeatureState& s) {
   const std::string g = "/features/" + name + "/";
@@ -147,16 +123,12 @@ void write_feature_file(const std::string& path, const FileState& s, bool durabl
       offsets.push_back(static_cast<std::int64_t>(bytes.size()));
     }
     write_i64(f, "/prompts/prompt_idx", s.prompt_idx, {s.prompt_idx.size()});
-    write(f, "/prompts/id_bytes", H5T_STD_U8LE, H5T_NATIVE_UINT8, bytes, {bytes.size()});
+    h5::write_all(f, "/prompts/id_bytes", H5T_STD_U8LE, H5T_NATIVE_UINT8, bytes, {bytes.size()});
     write_i64(f, "/prompts/id_offsets", offsets, {offsets.size()});
     for (const auto& [name, st] : s.hooks) write_hook(f, name, st);
     f.close();
   }
-  if (durable) fsync_path(tmp);
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) runtime_error("feature stats: cannot rename {} to {}: {}", tmp, path, ec.message());
-  if (durable) fsync_path(std::filesystem::path(path).parent_path().empty() ? "." : std::filesystem::path(path).parent_path().string());
+  h5::replace_file(tmp, path, durable, "feature stats");
 }
 
 FileState read_feature_file(const std::string& path, const std::vector<HookPoint>& hooks, const std::string& run_config_sha) {

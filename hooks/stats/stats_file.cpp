@@ -1,11 +1,10 @@
 #include "stats_file.h"
 
 #include "h5_handles.h"
+#include "h5_rewrite.h"
 
 #include <sonde/error.h>
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <filesystem>
 
@@ -16,35 +15,14 @@ namespace {
 using h5::Handle;
 
 void write_f64(const Handle& f, const std::string& name, const std::vector<double>& v, std::vector<hsize_t> dims) {
-  const Handle space = h5::create_space(dims, dims);
-  const Handle d = h5::create_dataset(f, name, H5T_IEEE_F64LE, space, Handle(), h5::with_parent_groups());
-  if (!v.empty()) h5::check_rc(H5Dwrite(d.id(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "write", d.where());
+  h5::write_all(f, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v, std::move(dims));
 }
 
 void write_i64(const Handle& f, const std::string& name, const std::vector<std::int64_t>& v) {
-  const std::vector<hsize_t> dims{v.size()};
-  const Handle space = h5::create_space(dims, dims);
-  const Handle d = h5::create_dataset(f, name, H5T_STD_I64LE, space, Handle(), h5::with_parent_groups());
-  h5::check_rc(H5Dwrite(d.id(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "write", d.where());
+  h5::write_all(f, name, H5T_STD_I64LE, H5T_NATIVE_INT64, v, {v.size()});
 }
 
-template <typename T>
-std::vector<T> read_all(const Handle& f, const std::string& name, hid_t mem) {
-  const Handle d = h5::open_dataset(f, name);
-  const Handle space = h5::dataset_space(d);
-  const auto n = H5Sget_simple_extent_npoints(space.id());
-  std::vector<T> v(static_cast<std::size_t>(n));
-  if (n > 0) h5::check_rc(H5Dread(d.id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "read", d.where());
-  return v;
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
+using h5::read_all;
 
 }  // namespace
 
@@ -83,11 +61,7 @@ void write_stats_file(const std::string& path, const FileState& s, bool durable)
     }
     f.close();
   }
-  if (durable) fsync_path(tmp);
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) runtime_error("stats: cannot rename {} to {}: {}", tmp, path, ec.message());
-  if (durable) fsync_path(std::filesystem::path(path).parent_path().empty() ? "." : std::filesystem::path(path).parent_path().string());
+  h5::replace_file(tmp, path, durable, "stats");
 }
 
 FileState read_stats_file(const std::string& path, const std::vector<HookPoint>& hooks, const std::string& run_config_sha) {
