@@ -114,7 +114,9 @@ TEST(BatchCli, ExistingOutputsAreRefusedWithoutResumeOrOverwrite) {
   write_lines(dir / "out.jsonl", {"precious"});
   auto r = run_sonde(batch_args(dir / "in.jsonl", dir / "out.jsonl"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--resume"), std::string::npos) << r.output;
+  // core's policy and words (check_outputs), the flag named by the command line
+  EXPECT_NE(r.output.find("--output: " + (dir / "out.jsonl").string() + " exists (resume to continue that run, or overwrite"),
+            std::string::npos) << r.output;
   EXPECT_EQ(read_text(dir / "out.jsonl"), "precious\n");
   r = run_sonde(batch_args(dir / "in.jsonl", dir / "out.jsonl", {"--overwrite"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
