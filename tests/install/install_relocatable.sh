@@ -2,6 +2,7 @@
 # Usage: install_relocatable.sh BUILD_DIR
 set -euo pipefail
 build=$1
+src=$(cd "$(dirname "$0")/../.." && pwd)  # the checkout (the script cds away below)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
@@ -18,7 +19,7 @@ cd "$work"
 test -s "$work/demo/acts.h5" || { cat "$work/demo.log"; echo "demo wrote no file"; exit 1; }
 # sonde report inlines the plotting library from the install's own copy (share/sonde/report/web),
 # which page.cpp looks at before the checkout's: the moved install must carry it and use it.
-if [ -d "$(dirname "$0")/../../report/web/node_modules/vega" ]; then
+if [ -d "$src/report/web/node_modules/vega" ]; then
   test -s "$work/moved/share/sonde/report/web/node_modules/vega/build/vega.min.js" ||
     { echo "the install lacks the report's plotting library"; exit 1; }
   "$sonde" report "$work/demo/acts.h5" --out "$work/demo/report.html" >/dev/null
