@@ -37,10 +37,12 @@ class Server:
     """`sonde serve --port 0 ...` started, its port read from its first line; stop() sends SIGTERM
     and returns the exit code."""
 
-    def __init__(self, model, *extra):
-        self.proc = subprocess.Popen([SONDE, "serve", "--model", model, "--port", "0", *map(str, extra)],
+    def __init__(self, model, *extra, launcher=()):
+        """`launcher`: words before sonde's (mpiexec and its options, for a tensor-parallel server)."""
+        self.proc = subprocess.Popen([*launcher, SONDE, "serve", "--model", model, "--port", "0", *map(str, extra)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()  # the server prints its address once the model is loaded
+        self.banner = line
         m = re.search(r"http://([0-9.]+):([0-9]+)", line)
         if not m:
             self.proc.kill()

@@ -3,9 +3,12 @@
 // what still runs and exits 0.
 #include "../app_common.h"
 #include "../commands.h"
+#include "mirror.h"
 #include "server.h"
 
 #include <sonde/error.h>
+
+#include <fmt/format.h>
 
 #include <csignal>
 #include <ctime>
@@ -71,10 +74,31 @@ int cmd_serve(const Args& args) {
   auto model = session_engine_model(*session);
   Engine engine(*model, eo);
   serve::Service svc(*session, engine, c);
+
+  // Under mpiexec with --backend sharded every rank holds a share of one model: rank 0 serves
+  // HTTP and leads, the others follow its engine step for step (mirror.h).
+  ProcessGroup* job = current_job();
+  std::unique_ptr<serve::Mirror> mirror;
+  if (job && job->size() > 1) {
+    if (session->backend().info().tensor_parallel != job->size())
+      bad_input("--tensor-parallel: sonde serve runs one model over all {} ranks of the job (0 or {}), not {}", job->size(),
+                job->size(), session->backend().info().tensor_parallel);
+    mirror = std::make_unique<serve::Mirror>(svc, *job);
+    if (job->rank() != 0) {
+      mirror->follow();
+      return 0;
+    }
+    svc.mirror = mirror.get();
+  }
+
   serve::HttpServer http(svc);
   const int port = http.bind(c.host, c.port);
-  engine.start();
-  std::cout << "sonde serve: " << svc.model_id << " listening on http://" << c.host << ":" << port << std::endl;
+  if (mirror)
+    mirror->lead();
+  else
+    engine.start();
+  std::cout << "sonde serve: " << svc.model_id << " listening on http://" << c.host << ":" << port
+            << (mirror ? fmt::format(" ({} ranks, tensor parallel)", job->size()) : std::string()) << std::endl;
 
   std::atomic<bool> over{false};
   std::thread waiter([&] {
@@ -92,7 +116,10 @@ int cmd_serve(const Args& args) {
   over = true;
   waiter.join();
   svc.cancel_everything();
-  engine.stop();
+  if (mirror)
+    mirror->stop();  // every rank's engine idle, the others told to stop
+  else
+    engine.stop();
   return 0;
 }
 

@@ -3,6 +3,7 @@
 // Every refusal is an OpenAI error object; nothing a client sends stops the server.
 #include "server.h"
 
+#include "mirror.h"
 #include "respond.h"
 #include "stream.h"
 
@@ -129,7 +130,7 @@ void HttpServer::routes() {
   const auto generation = [svc](Endpoint endpoint) {
     return [svc, endpoint](const httplib::Request& req, httplib::Response& res) {
       auto parsed = std::make_shared<const ParsedRequest>(parse_request(endpoint, parse_body(req), svc->traits));
-      auto sub = std::make_shared<Submitted>(submit_request(*svc, *parsed));
+      auto sub = std::make_shared<Submitted>(svc->mirror ? svc->mirror->submit(req.body, *parsed) : submit_request(*svc, *parsed));
       if (parsed->stream) return stream_response(*svc, parsed, sub, res);
       if (!wait_all(*sub, kAnswerInHandler)) return deferred_response(*svc, parsed, sub, res);
       reply(res, 200, finished_body(*svc, *parsed, *sub));

@@ -1,6 +1,8 @@
 // The shared state of sonde serve (service.h).
 #include "service.h"
 
+#include "mirror.h"
+
 #include <sonde/error.h>
 #include <sonde/session_view.h>
 #include <sonde/tokenizer.h>
@@ -47,7 +49,14 @@ void Service::cancel_everything() {
       if (auto j = w.lock()) jobs.push_back(std::move(j));
   }
   for (const auto& j : jobs)
-    if (j->handle && !j->handle->done() && engine.cancel(j->handle->id())) metrics.cancelled();
+    if (j->handle && cancel(*j->handle)) metrics.cancelled();
+}
+
+bool Service::cancel(const EngineHandle& handle) {
+  if (handle.done()) return false;
+  if (!mirror) return engine.cancel(handle.id());
+  mirror->cancel(handle.id());  // counted by the mirror when it takes effect
+  return false;
 }
 
 std::int64_t Service::live_jobs() {

@@ -18,6 +18,8 @@
 
 namespace sonde::serve {
 
+class Mirror;
+
 struct ServeConfig {
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -41,7 +43,14 @@ class Service {
   Metrics metrics;
   std::unique_ptr<RunModel> view;       // the Session as the run layer reads it (no forwards)
   std::filesystem::path scratch;        // the server's own files (inline vectors), removed at exit
-  std::atomic<std::uint64_t> counter{0};
+  std::atomic<std::uint64_t> counter{0};   // response ids
+  // Request ids and inline vectors' files, counted in submission order: under a tensor-parallel
+  // job every rank prepares the same requests in the same order and so names them alike.
+  std::atomic<std::uint64_t> prepared{0};
+  Mirror* mirror = nullptr;                 // a tensor-parallel job's lockstep (rank 0), or none
+
+  // Cancels an engine request (through the mirror when there is one); false when it had ended.
+  bool cancel(const EngineHandle& handle);
 
   // Every submitted job, for a shutdown that cancels what runs.
   void track(const std::vector<std::shared_ptr<Job>>& jobs);

@@ -55,7 +55,7 @@ std::vector<Edit> resolve_request_edits(Service& svc, const ParsedRequest& req, 
     }
   } remover{made};
   for (const auto& iv : req.inline_vectors) {
-    made.push_back(svc.scratch / fmt::format("vector-{}.npy", svc.counter.fetch_add(1)));
+    made.push_back(svc.scratch / fmt::format("vector-{}.npy", svc.prepared.fetch_add(1)));
     write_npy(made.back(), iv.values);
     specs.at(iv.edit).source = made.back().string();
   }
@@ -93,7 +93,7 @@ Submitted submit_request(Service& svc, const ParsedRequest& req) {
     const Request& r = req.prompts[i];
     EngineRequest q = as_400(req.endpoint == Endpoint::Chat ? "messages" : "prompt",
                              [&] { return engine_request(*svc.view, r, o, static_cast<std::int64_t>(i)); });
-    q.id = fmt::format("{}-{}", svc.counter.fetch_add(1), i);
+    q.id = fmt::format("{}-{}", svc.prepared.fetch_add(1), i);
     const auto P = static_cast<std::int64_t>(q.prompt.size());
     const std::int64_t new_tokens = forward ? 0 : req.max_tokens;
     if (P + new_tokens + 1 > svc.config.max_context)
@@ -144,7 +144,7 @@ Submitted submit_request(Service& svc, const ParsedRequest& req) {
 
 void cancel_all(Service& svc, const Submitted& s) {
   for (const auto& j : s.jobs)
-    if (j->handle && !j->handle->done() && svc.engine.cancel(j->handle->id())) svc.metrics.cancelled();
+    if (j->handle && svc.cancel(*j->handle)) svc.metrics.cancelled();
 }
 
 bool all_ended(const Submitted& s) {
