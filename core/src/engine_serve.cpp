@@ -125,16 +125,27 @@ void Engine::serve(std::vector<EngineSeq*>& parked) {
       for (EngineSeq* s : group) s->fail = std::current_exception();
     }
   };
+  // Prompts first, and their loops released at once: a new request samples its first token while
+  // the running rows' decode forward runs, so its time to first token is its prefill, not its
+  // prefill plus everyone's step. Its row joins the shared cache after that forward, which must not
+  // see it (the loop posts its next forward for the next step, so the row is there by then).
+  std::vector<PendingRow> rows;
+  std::vector<EngineSeq*> prompted;
+  guarded(prefill, [&](auto& g) { serve_prefill(g, prompted, rows); });
+  for (EngineSeq* s : prefill)
+    if (s->fail && std::find(prompted.begin(), prompted.end(), s) == prompted.end()) prompted.push_back(s);
+  release(prompted);
   guarded(decode, [&](auto& g) { serve_decode(g); });
   done.insert(done.end(), decode.begin(), decode.end());
   guarded(full, [&](auto& g) { serve_full(g); });
   done.insert(done.end(), full.begin(), full.end());
-  // After the decode forward: a prompt finished here takes a new row, which that forward must not see.
-  guarded(prefill, [&](auto& g) { serve_prefill(g); });
-  for (EngineSeq* s : prefill)
-    if (s->row >= 0 || s->fail) done.push_back(s);
+  for (PendingRow& r : rows) r.seq->row = kv_->add(*r.cache, r.row, r.pad, r.tokens);
+  release(done);
+}
+
+void Engine::release(const std::vector<EngineSeq*>& seqs) {
   std::lock_guard lk(mu_);
-  for (EngineSeq* s : done) {
+  for (EngineSeq* s : seqs) {
     s->served = true;
     s->phase = EngineSeq::Phase::Computing;  // not parked any more, though its thread has yet to wake
     ++s->forwards;
@@ -242,7 +253,8 @@ void Engine::split_logits(const Tensor& logits, const std::vector<EngineSeq*>& r
 // of the shared cache; then the next prompt gets what is left of the budget as a chunk into its
 // own cache, continued at later steps (a prompt whose logits are wanted at every slot is not cut:
 // its result would need every chunk's).
-void Engine::serve_prefill(std::vector<EngineSeq*>& seqs) {
+void Engine::serve_prefill(std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*>& prompted,
+                           std::vector<PendingRow>& rows) {
   std::int64_t budget = options_.prefill_chunk;
   std::vector<EngineSeq*> whole;
   std::size_t i = 0;
@@ -257,15 +269,17 @@ void Engine::serve_prefill(std::vector<EngineSeq*>& seqs) {
     budget -= p.tokens;
   }
   if (!whole.empty()) {
-    std::vector<EngineSeq*> rows;
+    std::vector<EngineSeq*> batch;
     std::vector<std::int64_t> pad, tokens;
-    StepInput in = padded(whole, rows, pad, tokens);
+    StepInput in = padded(whole, batch, pad, tokens);
     in.use_cache = true;
-    KvCache staged = model_.new_cache(in.batch, in.tokens);
-    const Tensor logits = run_forward(in, &staged, nullptr, rows, pad, tokens, false);
-    split_logits(logits, rows, pad, in.tokens);
-    for (std::size_t r = 0; r < rows.size(); ++r)
-      rows[r]->row = kv_->add(staged, static_cast<std::int64_t>(r), pad[r], tokens[r]);
+    auto staged = std::make_shared<KvCache>(model_.new_cache(in.batch, in.tokens));
+    const Tensor logits = run_forward(in, staged.get(), nullptr, batch, pad, tokens, false);
+    split_logits(logits, batch, pad, in.tokens);
+    for (std::size_t r = 0; r < batch.size(); ++r) {
+      rows.push_back({batch[r], staged, static_cast<std::int64_t>(r), pad[r], tokens[r]});
+      prompted.push_back(batch[r]);
+    }
   }
   if (i == seqs.size() || budget <= 0) return;
   EngineSeq* s = seqs[i];
@@ -293,8 +307,9 @@ void Engine::serve_prefill(std::vector<EngineSeq*>& seqs) {
   }
   s->chunk_taps.clear();
   s->result = std::move(out);
-  s->row = kv_->add(s->staged, 0, 0, p.tokens);
+  rows.push_back({s, std::make_shared<KvCache>(std::move(s->staged)), 0, 0, p.tokens});
   s->staged = KvCache{};
+  prompted.push_back(s);
 }
 
 void Engine::serve_full(std::vector<EngineSeq*>& seqs) {

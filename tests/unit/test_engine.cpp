@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -266,6 +267,45 @@ TEST(Engine, OneDecodeForwardServesEveryRunningSequence) {
   // steps of one forward each serve all five.
   EXPECT_EQ(m.forwards.load(), 1 + 9);
   for (const auto& t : got) EXPECT_EQ(t.tokens.size(), 10u);
+}
+
+// Holds the running rows' decode forward until a watched request has its first token (or 5 s).
+class FirstTokenWatch : public FakeModel {
+ public:
+  std::atomic<bool> watching{false}, first_token{false}, held{false}, came_during_decode{false};
+  Tensor forward(const EngineBatch& b) override {
+    const StepInput& in = b.step;
+    if (watching && in.use_cache && in.tokens == 1 && in.past > 0) {
+      held = true;
+      for (int i = 0; i < 500 && !first_token; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      came_during_decode = came_during_decode || first_token;
+    }
+    return FakeModel::forward(b);
+  }
+};
+
+TEST(Engine, ANewRequestsFirstTokenDoesNotWaitForTheRunningRowsDecode) {
+  // Time to first token is the prompt's prefill alone: the step runs the prompts first and hands
+  // a finished prompt back to its loop at once, which samples while the decode forward runs.
+  FirstTokenWatch m;
+  Engine engine(m, EngineOptions{DecodingKind::Autoregressive, 4, 64, 128, 256});
+  EngineRequest a = ar_request({5, 6, 7, 8}, 12, 1, false), b = ar_request({9, 10, 11}, 4, 2, false);
+  a.ar.eos_ids.clear();
+  b.ar.eos_ids.clear();
+  b.on_token = [&m](std::int64_t step, std::int32_t, const Tensor&) {
+    if (step == 0) m.first_token = true;
+  };
+  auto ha = engine.submit(a);
+  for (int i = 0; i < 3; ++i) engine.step();  // a is decoding
+  auto hb = engine.submit(b);
+  m.watching = true;
+  engine.step();  // b's prompt and a's decode
+  m.watching = false;
+  engine.run_until_idle();
+  EXPECT_TRUE(m.held.load());
+  EXPECT_TRUE(m.came_during_decode.load()) << "b's first token came only after the decode forward of the step";
+  EXPECT_EQ(ha->wait().tokens, solo_ar(m, a).tokens);
+  EXPECT_EQ(hb->wait().tokens, solo_ar(m, b).tokens);
 }
 
 TEST(Engine, SteeredAndUnsteeredRequestsShareAForwardAndEachEqualsItsSoloRun) {

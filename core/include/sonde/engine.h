@@ -209,7 +209,14 @@ class Engine {
   void retire(std::vector<std::unique_ptr<EngineSeq>>& gone);
   void serve(std::vector<EngineSeq*>& parked);
   void serve_decode(std::vector<EngineSeq*>& seqs);
-  void serve_prefill(std::vector<EngineSeq*>& seqs);
+  // A prompt whose forward is done and whose cache row joins the shared cache later in the step.
+  struct PendingRow {
+    EngineSeq* seq;
+    std::shared_ptr<KvCache> cache;
+    std::int64_t row, pad, tokens;
+  };
+  void serve_prefill(std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*>& prompted, std::vector<PendingRow>& rows);
+  void release(const std::vector<EngineSeq*>& seqs);  // hands each loop its served forward
   void serve_full(std::vector<EngineSeq*>& seqs);
   void serve_alone(EngineSeq& s);
   StepInput padded(const std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*>& rows, std::vector<std::int64_t>& pad,
