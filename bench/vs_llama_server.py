@@ -379,6 +379,8 @@ def report(a, meta: dict, runs: list[dict], agreement: list[dict]) -> dict:
         same = sum(x["equal"] for x in agreement)
         print(f"greedy agreement ({a.check_tokens} tokens, token-id prompts): {same} of {len(agreement)} equal; "
               "common prefix " + ", ".join(f"{x['common_prefix']}/{a.check_tokens}" for x in agreement))
+        if any(x["common_prefix"] == 0 for x in agreement):
+            print("WARNING: a first greedy token differs: are both servers running the same checkpoint?")
     print()
     print("| clients | round | server | tokens/s | TTFT p50 / p90 / p99 (s) | ITL p50 (ms) | completed | "
           "load before -> after | others' CPU (s) |")
@@ -421,6 +423,12 @@ def report(a, meta: dict, runs: list[dict], agreement: list[dict]) -> dict:
 
 
 # ------------------------------------------------------------------------------------ main
+def version(cmd: list[str]) -> str:
+    """What --version prints (llama-server prints it on stderr)."""
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return (r.stdout.strip() or r.stderr.strip() or "?").splitlines()[0]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="bench/vs_llama_server.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -469,14 +477,12 @@ def main() -> None:
 
     models = prepare_models(a)
     reqs = make_requests(a, id_ceiling(models["config"]))
-    version = lambda cmd: subprocess.run(cmd, capture_output=True, text=True).stdout.strip() or \
-        subprocess.run(cmd, capture_output=True, text=True).stderr.strip()  # noqa: E731
     meta = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "cpu": cpu_info(), "load_at_start": loadavg(), "sonde": str(a.sonde),
             "sonde_version": version([str(a.sonde), "--version"]),
             "sonde_built": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(a.sonde.stat().st_mtime)),
             "llama_server": str(a.llama_server),
-            "llama_server_version": version([str(a.llama_server), "--version"]).splitlines()[0],
+            "llama_server_version": version([str(a.llama_server), "--version"]),
             "llama_commit": llama_commit(a.llama_src), "model": str(models["src"]), "gguf": str(models["gguf"]),
             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}}
     say(f"CPU {meta['cpu']['model_name']} (family {meta['cpu']['family']} model {meta['cpu']['model']}), "
