@@ -25,7 +25,9 @@ Per request: time to first token (send .. the first SSE event carrying a token),
 (sonde: the ids streamed; llama-server: its final event's tokens_predicted, since it holds back a
 token whose text ends inside a UTF-8 character and never streams that id), the end time (the last
 token's event). Per server and client count: total tokens/s = generated tokens over the first
-send .. the last token, TTFT p50/p90/p99, ITL p50 (gaps between a request's token events),
+send .. the last token, TTFT p50/p90/p99 (over the requests whose first token's event was seen:
+llama-server streams no event for a held-back token), ITL p50 (a gap between events spanning k
+tokens counts k times as gap / k),
 completed (no error and exactly max_tokens), and sonde / llama-server. With --rounds > 1, rounds
 alternate which server runs first at each client count; the summary gives the median over rounds.
 
@@ -167,14 +169,16 @@ def stream_request(kind: str, port: int, prompt: list[int], max_tokens: int, tim
             if "error" in ev:
                 rec["error"] = json.dumps(ev["error"])[:300]
                 break
+            rec["end"] = now  # the last event before [DONE]: the final token's or the finish chunk just after it
             ids = (ev["choices"][0].get("token_ids") if ev.get("choices") else None) if kind == "sonde" \
                 else ev.get("tokens")
-            if ids:
-                rec["events"].append((now, len(ids)))
-                streamed += len(ids)
             if kind == "llama" and ev.get("stop"):
                 reported = ev.get("tokens_predicted")
                 break
+            if ids:
+                streamed += len(ids)
+                # (time, tokens generated so far): llama-server's events count its held-back tokens too
+                rec["events"].append((now, ev.get("tokens_predicted", streamed) if kind == "llama" else streamed))
         rec["tokens"] = reported if reported is not None else streamed
         rec["streamed"] = streamed
     except (OSError, http.client.HTTPException, ValueError) as e:
@@ -319,16 +323,21 @@ def pct(xs: list[float], p: float) -> float | None:
 
 def summarize(recs: list[dict]) -> dict:
     sends = [r["send"] for r in recs if "send" in r]
-    lasts = [r["events"][-1][0] for r in recs if r["events"]]
+    lasts = [r["end"] for r in recs if "end" in r and not r["error"]]
     gen = sum(r["tokens"] for r in recs if not r["error"])
     span = (max(lasts) - min(sends)) if lasts and sends else 0.0
     ok = [r for r in recs if not r["error"] and r["tokens"] == r["max_tokens"]]
-    ttft = [r["events"][0][0] - r["send"] for r in recs if r["events"] and not r["error"]]
-    itl = [b[0] - e[0] for r in recs if not r["error"] for e, b in zip(r["events"], r["events"][1:])]
+    # TTFT where the first token's own event was seen (llama-server sends none for a token whose text
+    # ends inside a UTF-8 character; its next event then counts 2 or more tokens)
+    seen = [r for r in recs if not r["error"] and r["events"] and r["events"][0][1] == 1]
+    ttft = [r["events"][0][0] - r["send"] for r in seen]
+    # ITL per token: a gap spanning k tokens counts k times as gap / k
+    itl = [(b[0] - e[0]) / (b[1] - e[1]) for r in recs if not r["error"]
+           for e, b in zip(r["events"], r["events"][1:]) if b[1] > e[1] for _ in range(b[1] - e[1])]
     return {"requests": len(recs), "completed": len(ok), "errors": sum(bool(r["error"]) for r in recs),
             "short": sum(not r["error"] and r["tokens"] != r["max_tokens"] for r in recs),
             "generated_tokens": gen, "seconds": round(span, 3), "tokens_per_s": gen / span if span > 0 else None,
-            "ttft_p50": pct(ttft, 50), "ttft_p90": pct(ttft, 90), "ttft_p99": pct(ttft, 99), "itl_p50": pct(itl, 50),
+            "ttft_seen": len(ttft), "ttft_p50": pct(ttft, 50), "ttft_p90": pct(ttft, 90), "ttft_p99": pct(ttft, 99), "itl_p50": pct(itl, 50),
             "held_back_tokens": sum(r["tokens"] - r.get("streamed", r["tokens"]) for r in recs if not r["error"])}
 
 
@@ -340,8 +349,8 @@ def request_rows(recs: list[dict]) -> list[dict]:
         rows.append({"index": r["index"], "client": r["client"], "prompt_tokens": r["prompt_tokens"],
                      "max_tokens": r["max_tokens"], "tokens": r["tokens"], "token_events": len(ev),
                      "send": round(r.get("send", t0) - t0, 4),
-                     "ttft": round(ev[0][0] - r["send"], 4) if ev else None,
-                     "end": round(ev[-1][0] - t0, 4) if ev else None, "error": r["error"]})
+                     "ttft": round(ev[0][0] - r["send"], 4) if ev and ev[0][1] == 1 else None,
+                     "end": round(r["end"] - t0, 4) if "end" in r else None, "error": r["error"]})
     return rows
 
 
@@ -382,14 +391,14 @@ def report(a, meta: dict, runs: list[dict], agreement: list[dict]) -> dict:
         if any(x["common_prefix"] == 0 for x in agreement):
             print("WARNING: a first greedy token differs: are both servers running the same checkpoint?")
     print()
-    print("| clients | round | server | tokens/s | TTFT p50 / p90 / p99 (s) | ITL p50 (ms) | completed | "
+    print("| clients | round | server | tokens/s | TTFT p50 / p90 / p99 (s) | TTFT seen | ITL p50 (ms) | completed | "
           "load before -> after | others' CPU (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
         s, h = r["summary"], r["host"]
         print(f"| {r['clients']} | {r['round']} | {r['server']} | {fmt(s['tokens_per_s'])} | "
               f"{fmt(s['ttft_p50'], '.3f')} / {fmt(s['ttft_p90'], '.3f')} / {fmt(s['ttft_p99'], '.3f')} | "
-              f"{fmt(s['itl_p50'] and s['itl_p50'] * 1e3, '.1f')} | {s['completed']}/{s['requests']} | "
+              f"{s['ttft_seen']}/{s['requests']} | {fmt(s['itl_p50'] and s['itl_p50'] * 1e3, '.1f')} | {s['completed']}/{s['requests']} | "
               f"{h['load_before']} -> {h['load_after']} | {h['foreign_cpu']}{' !' if h['foreign_cpu'] > 1 else ''} |")
     summary = []
     print()

@@ -43,10 +43,11 @@ class Fake(BaseHTTPRequestHandler):
                 time.sleep(GAP)
             self.event({"choices": [{"text": "", "token_ids": [], "finish_reason": "length"}]})
             self.event(b"[DONE]")
-        else:  # llama-server: the second token is never streamed; the final event counts it
+        else:  # llama-server: the second token is never streamed (nor the first after an odd-length
+            # prompt), the next event's tokens_predicted and the final event count them
             for i in range(body["n_predict"]):
-                if i != 1:
-                    self.event({"content": "x", "tokens": [i], "stop": False})
+                if i != 1 and not (i == 0 and len(body["prompt"]) % 2):
+                    self.event({"content": "x", "tokens": [i], "stop": False, "tokens_predicted": i + 1})
                 time.sleep(GAP)
             self.event({"content": "", "tokens": [], "stop": True, "tokens_predicted": body["n_predict"]})
 
@@ -59,6 +60,8 @@ def main() -> None:
     assert reqs == vs.make_requests(a, 1000), "the request list is seeded"
     assert all(4 <= len(r["prompt"]) <= 9 and 3 <= r["max_tokens"] <= 7 and max(r["prompt"]) < 1000 for r in reqs)
     want = sum(r["max_tokens"] for r in reqs)
+    odd = sum(len(r["prompt"]) % 2 for r in reqs)
+    assert 0 < odd < 6, "the seed gives both kinds of prompt"
     for kind, path in (("sonde", "/v1/completions"), ("llama", "/completion")):
         seen.clear()
         server = SimpleNamespace(kind=kind, port=srv.server_address[1], cpu=lambda: 0.0)
@@ -66,7 +69,8 @@ def main() -> None:
         s = vs.summarize(recs)
         assert s["completed"] == s["requests"] == 6 and s["errors"] == 0 and s["short"] == 0, (kind, s)
         assert s["generated_tokens"] == want, (kind, s["generated_tokens"], want)
-        assert s["held_back_tokens"] == (6 if kind == "llama" else 0), (kind, s)
+        assert s["held_back_tokens"] == (6 + odd if kind == "llama" else 0), (kind, s)
+        assert s["ttft_seen"] == (6 - odd if kind == "llama" else 6), (kind, s)
         assert FIRST <= s["ttft_p50"] < FIRST + 1.0, (kind, s)
         assert GAP * 0.5 <= s["itl_p50"] < GAP + 0.5, (kind, s)
         assert s["tokens_per_s"] and s["seconds"] > FIRST, (kind, s)
@@ -78,7 +82,10 @@ def main() -> None:
             else:
                 assert "max_tokens" in b and "ignore_eos" not in b
         rows = vs.request_rows(recs)
-        assert [r["index"] for r in rows] == list(range(6)) and all(r["ttft"] >= FIRST for r in rows)
+        assert [r["index"] for r in rows] == list(range(6))
+        assert all((r["ttft"] is None) == (kind == "llama" and r["prompt_tokens"] % 2 == 1) for r in rows), rows
+        assert all(r["ttft"] is None or r["ttft"] >= FIRST for r in rows)
+        assert all(r["end"] >= r["send"] + FIRST + GAP * (r["max_tokens"] - 1) for r in rows), rows
     srv.shutdown()
     xs = list(range(1, 101))
     assert (vs.pct(xs, 50), vs.pct(xs, 90), vs.pct(xs, 99), vs.pct([7.0], 99), vs.pct([], 50)) == (50, 90, 99, 7.0, None)
