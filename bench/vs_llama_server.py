@@ -337,7 +337,8 @@ def summarize(recs: list[dict]) -> dict:
     return {"requests": len(recs), "completed": len(ok), "errors": sum(bool(r["error"]) for r in recs),
             "short": sum(not r["error"] and r["tokens"] != r["max_tokens"] for r in recs),
             "generated_tokens": gen, "seconds": round(span, 3), "tokens_per_s": gen / span if span > 0 else None,
-            "ttft_seen": len(ttft), "ttft_p50": pct(ttft, 50), "ttft_p90": pct(ttft, 90), "ttft_p99": pct(ttft, 99), "itl_p50": pct(itl, 50),
+            "ttft_seen": len(ttft), "ttft_p50": pct(ttft, 50), "ttft_p90": pct(ttft, 90), "ttft_p99": pct(ttft, 99),
+            "itl_p50": pct(itl, 50),
             "held_back_tokens": sum(r["tokens"] - r.get("streamed", r["tokens"]) for r in recs if not r["error"])}
 
 
