@@ -16,7 +16,7 @@ namespace sonde::cli {
 int cmd_forward(const Args& args) {
   CommonOptions common;
   CaptureSettings capture;
-  std::string ids_text, text, out, stats;
+  std::string ids_text, text, out, stats, features;
   bool overwrite = false, no_logits = false;
   po::options_description desc("forward options");
   add_common_options(desc, common);
@@ -32,6 +32,8 @@ int cmd_forward(const Args& args) {
       ("storage-dtype", po::value(&capture.storage)->default_value("f32"), "f32, bf16 or f16")
       ("compress", po::bool_switch(&capture.compress), "shuffle + deflate")
       ("stats", po::value(&stats), "running statistics of the --hooks rows, an HDF5 file (also the input of mean edits)")
+      ("feature-stats", po::value(&features),
+       "per-feature dashboard statistics of the captured *.hook_sae_acts_post rows, an HDF5 file (docs/sae.md)")
       ("no-logits", po::bool_switch(&no_logits),
        "hooks only: skip the LM head and every layer past the last hook; no /logits (root attribute logits = none)")
       ("overwrite", po::bool_switch(&overwrite), "replace an existing output file");
@@ -40,6 +42,7 @@ int cmd_forward(const Args& args) {
     return 0;
   if (vm.count("ids") == vm.count("text")) bad_input("give exactly one of --ids and --text");
   check_capture_flags(capture, vm);
+  if (vm.count("feature-stats") && !vm.count("hooks")) bad_input("--feature-stats needs --hooks (an SAE's hook_sae_acts_post)");
   if (no_logits && capture.hooks.empty()) bad_input("--no-logits: without --hooks there is nothing to compute or write");
 
   Request request;
@@ -61,6 +64,7 @@ int cmd_forward(const Args& args) {
   const bool writes = writes_outputs();  // the other ranks of a tensor-parallel copy compute only
   o.sinks = {writes ? SinkSpec{"hdf5", out, overwrite, nullptr} : SinkSpec{"discard", "", false, discard_sink()}};
   if (!stats.empty() && writes) o.sinks.push_back(SinkSpec{"stats", stats, overwrite, nullptr});
+  if (!features.empty() && writes) o.sinks.push_back(SinkSpec{"features", features, overwrite, nullptr});
   // Checked before the run prepares the request, whose errors come first; the sink refuses too.
   if (writes && std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
   // With edits the run checks --hooks itself: <hook>.pre_edit exists only once they are set.

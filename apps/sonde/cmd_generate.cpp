@@ -43,7 +43,7 @@ struct GenerateOptions {
   EditFlags edits;
   SaeFlags sae;
   std::vector<std::string> ids;
-  std::string prompt, out, stats;
+  std::string prompt, out, stats, features;
   bool chat = false, json = false, history = false, no_cache = false, overwrite = false;
   std::uint64_t seed = 0;
 };
@@ -91,6 +91,8 @@ int cmd_generate(const Args& args) {
       ("no-kv-cache", po::bool_switch(&o.no_cache), "autoregressive: recompute the whole prefix every step")
       ("out", po::value(&o.out), "HDF5 file for the activations selected with --hooks")
       ("stats", po::value(&o.stats), "running statistics of the --hooks rows, an HDF5 file")
+      ("feature-stats", po::value(&o.features),
+       "per-feature dashboard statistics of the captured *.hook_sae_acts_post rows, an HDF5 file (docs/sae.md)")
       ("overwrite", po::bool_switch(&o.overwrite), "replace an existing --out file");
   add_generation_options(desc, /*all=*/true);
   add_capture_options(desc, o.capture);
@@ -101,8 +103,10 @@ int cmd_generate(const Args& args) {
                      desc, vm))
     return 0;
   if (vm.count("out") && !vm.count("hooks")) bad_input("--out needs --hooks");
-  if (vm.count("hooks") && !vm.count("out") && !vm.count("stats")) bad_input("--hooks needs --out or --stats");
+  if (vm.count("hooks") && !vm.count("out") && !vm.count("stats") && !vm.count("feature-stats"))
+    bad_input("--hooks needs --out or --stats (or --feature-stats)");
   if (vm.count("stats") && !vm.count("hooks")) bad_input("--stats needs --hooks");
+  if (vm.count("feature-stats") && !vm.count("hooks")) bad_input("--feature-stats needs --hooks (an SAE's hook_sae_acts_post)");
   check_capture_flags(o.capture, vm);
   if (o.ids.empty() == !vm.count("prompt")) bad_input("give --prompt or --ids (not both)");
   if (o.chat && !vm.count("prompt")) bad_input("--chat needs --prompt");
@@ -118,11 +122,12 @@ int cmd_generate(const Args& args) {
   ro.capture = o.capture;
   ro.edits = edit_specs(o.edits);
   const bool writes = writes_outputs();  // the other ranks of a tensor-parallel copy compute only
-  if (!o.out.empty() || !o.stats.empty()) {
+  if (!o.out.empty() || !o.stats.empty() || !o.features.empty()) {
     if (ro.edits.empty()) as_flag("--hooks", [&] { make_capture_spec(*session, o.capture); });  // else the run checks
     if (!o.out.empty())
       ro.sinks.push_back(writes ? SinkSpec{"hdf5", o.out, o.overwrite, nullptr} : SinkSpec{"discard", "", false, discard_sink()});
     if (!o.stats.empty() && writes) ro.sinks.push_back(SinkSpec{"stats", o.stats, o.overwrite, nullptr});
+    if (!o.features.empty() && writes) ro.sinks.push_back(SinkSpec{"features", o.features, o.overwrite, nullptr});
   }
   const auto reqs = requests(o, vm, settings);
 
@@ -153,6 +158,7 @@ int cmd_generate(const Args& args) {
     std::cerr << "wrote " << o.out << " (" << res.totals.prompts << (res.totals.prompts == 1 ? " prompt, " : " prompts, ")
               << res.totals.rows << " rows of " << res.hooks.size() << (res.hooks.size() == 1 ? " hook)\n" : " hooks)\n");
   if (!o.stats.empty()) std::cerr << "wrote " << o.stats << " (statistics of " << res.hooks.size() << " hooks)\n";
+  if (!o.features.empty()) std::cerr << "wrote " << o.features << " (feature statistics)\n";
   return 0;
 }
 

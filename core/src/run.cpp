@@ -338,9 +338,6 @@ RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOption
 
   const bool diffusion = o.kind == RunKind::Generate && spec.record_steps;
   const JobLayout job = job_layout(o);
-  if (o.capture.sparse_top_k() >= 0 && job.replicas() > 1)
-    bad_setting("sae_sparse", "'{}': sparse storage is not joined across data-parallel model copies yet (run on one copy)",
-                o.capture.sae_sparse);
   // A committed run on several ranks goes through the parts and the join even with one model copy
   // (its ranks split the model): its first rank writes, the others run in step.
   if (o.kind == RunKind::Generate && (job.replicas() > 1 || (job.world > 1 && !o.results_path.empty()))) {

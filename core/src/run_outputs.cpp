@@ -100,6 +100,9 @@ RunMetadata run_metadata(const RunModel& s, const nlohmann::json& run_config, co
   m.ints = {{"prediction_shift", s.info().prediction_shift}, {"rank", 0}, {"world_size", 1}};
   // The edits a run applied, on every output (run_config_json holds them too, with the rest).
   if (run_config.contains("edits")) m.strings["edits_json"] = run_config["edits"].dump();
+  // The SAEs a run attached (sae.h saes_json: path, hooks, architecture, widths, weights sha256,
+  // splice, error term), on every output, so a file says which SAE made its features.
+  if (run_config.contains("saes")) m.strings["saes_json"] = run_config["saes"].dump();
   // A forward's file says whether /logits is there by design ("none": hooks only, no LM head).
   if (run_config.contains("logits")) m.strings["logits"] = run_config["logits"].get<std::string>();
   // A diffusion run's decoding as root attributes too, when its requests share one ("mixed"

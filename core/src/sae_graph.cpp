@@ -4,6 +4,8 @@
 #include <sonde/hooks.h>
 #include <sonde/sae.h>
 
+#include <filesystem>
+
 #include <algorithm>
 #include <optional>
 
@@ -211,9 +213,15 @@ nlohmann::json saes_json(const std::vector<AttachedSae>& saes) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& a : saes) {
     const SaeConfig& c = a.sae->config();
-    nlohmann::json j{{"folder", c.folder}, {"architecture", c.architecture}, {"hook", a.hook}, {"d_in", c.d_in},
-                     {"d_sae", c.d_sae}, {"splice", a.splice}, {"error_term", a.error_term}};
-    if (c.transcoder) j["hook_out"] = a.hook_out;
+    nlohmann::json j{{"folder", c.folder}, {"path", std::filesystem::absolute(c.folder).lexically_normal().string()},
+                     {"architecture", c.architecture}, {"hook_name", c.hook_name}, {"hook", a.hook}, {"d_in", c.d_in},
+                     {"d_sae", c.d_sae}, {"weights_sha256", c.weights_sha256}, {"splice", a.splice},
+                     {"error_term", a.error_term}};
+    if (c.transcoder) {
+      j["hook_name_out"] = c.hook_name_out;
+      j["hook_out"] = a.hook_out;
+      j["d_out"] = c.d_out;
+    }
     if (c.arch == SaeArch::TopK) j["k"] = c.k;
     out.push_back(j);
   }

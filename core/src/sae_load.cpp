@@ -4,6 +4,7 @@
 // `metadata`, architecture "topk" with a top-level k). Formulas: docs/sae.md.
 #include <sonde/error.h>
 #include <sonde/sae.h>
+#include <sonde/model_dir.h>
 #include <sonde/safetensors.h>
 
 #include <nlohmann/json.hpp>
@@ -159,6 +160,13 @@ Tensor folded_bias(const Tensor& bias, const Tensor& w, const Tensor* b_dec) {
 
 }  // namespace
 
+Tensor read_sae_sparsity(const fs::path& folder, std::int64_t d_sae) {
+  const fs::path file = folder / "sparsity.safetensors";
+  if (!fs::exists(file)) return {};
+  const WeightSource w = WeightSource::open(file);
+  return read(w, file.string(), "sparsity", Shape{d_sae});
+}
+
 std::shared_ptr<const Sae> Sae::load(const fs::path& folder) {
   auto sae = std::make_shared<Sae>();
   sae->cfg_ = parse_cfg(read_cfg(folder), folder);
@@ -166,6 +174,7 @@ std::shared_ptr<const Sae> Sae::load(const fs::path& folder) {
   const fs::path file = folder / "sae_weights.safetensors";
   if (!fs::exists(file)) bad_setting("sae", "{}: no sae_weights.safetensors there", folder.string());
   const WeightSource w = WeightSource::open(file);
+  sae->cfg_.weights_sha256 = sha256_file(file);
   const std::string f = file.string();
   const Tensor w_enc = read(w, f, "W_enc", Shape{c.d_in, c.d_sae});
   SaeWeights& o = sae->w_;
@@ -188,6 +197,7 @@ std::shared_ptr<const Sae> Sae::load(const fs::path& folder) {
   }
   if (c.arch == SaeArch::JumpRelu) o.threshold = read(w, f, "threshold", Shape{c.d_sae});
   o.enc = transposed(w_enc);
+  o.sparsity = read_sae_sparsity(folder, c.d_sae);
   return sae;
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Writes a random sparse autoencoder in SAELens's on-disk layout: a folder holding `cfg.json` and
-`sae_weights.safetensors`. For demos and tests; nothing here is trained.
+`sae_weights.safetensors` (and with `--sparsity` a `sparsity.safetensors`, SAELens's log10 feature
+densities, here random). For demos and tests; nothing here is trained.
 
     /usr/bin/python3 docs/examples/make_sae.py --arch standard --d-in 64 --d-sae 256 \
         --hook blocks.0.hook_resid_post --out my-sae
@@ -108,6 +109,7 @@ def main(argv=None):
     p.add_argument("--layout", choices=("flat", "v6"), default="v6")
     p.add_argument("--model-name", default="random")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sparsity", action="store_true", help="also sparsity.safetensors: log10 densities in [-5, -1)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     if a.arch.endswith("transcoder") and not a.hook_out:
@@ -115,6 +117,9 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     w = random_weights(a.arch, a.d_in, a.d_sae, a.d_out or a.d_in, np.random.RandomState(a.seed))
     write_safetensors(os.path.join(a.out, "sae_weights.safetensors"), w, "BF16" if a.dtype == "bf16" else "F32")
+    if a.sparsity:
+        density = np.random.RandomState(a.seed + 1).uniform(-5, -1, a.d_sae)
+        write_safetensors(os.path.join(a.out, "sparsity.safetensors"), {"sparsity": density}, "F32")
     with open(os.path.join(a.out, "cfg.json"), "w") as f:
         json.dump(config(a), f, indent=2)
     return w

@@ -7,9 +7,11 @@
 #include <sonde/error.h>
 
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <numeric>
 
 namespace sonde::feature_stats {
 namespace {
@@ -102,6 +104,22 @@ FeatureState read_hook(const Handle& f, const std::string& name, std::int64_t fe
   return s;
 }
 
+// The hooks of a file's /features group.
+std::vector<std::string> hook_names(const Handle& f) {
+  std::vector<std::string> names;
+  if (!h5::has_link(f, "features")) return names;
+  Handle g = h5::open_group(f, "features");
+  H5G_info_t info;
+  h5::check_rc(H5Gget_info(g.id(), &info), "list", g.where());
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t n = H5Lget_name_by_idx(g.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    std::string name(static_cast<std::size_t>(std::max<ssize_t>(n, 0)), '\0');
+    H5Lget_name_by_idx(g.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT);
+    names.push_back(name);
+  }
+  return names;
+}
+
 }  // namespace
 
 void write_feature_file(const std::string& path, const FileState& s, bool durable) {
@@ -126,6 +144,8 @@ void write_feature_file(const std::string& path, const FileState& s, bool durabl
     h5::write_all(f, "/prompts/id_bytes", H5T_STD_U8LE, H5T_NATIVE_UINT8, bytes, {bytes.size()});
     write_i64(f, "/prompts/id_offsets", offsets, {offsets.size()});
     for (const auto& [name, st] : s.hooks) write_hook(f, name, st);
+    for (const auto& [name, v] : s.sae_sparsity)
+      if (s.hooks.count(name)) write_f64(f, "/features/" + name + "/sae_sparsity", v, {v.size()});
     f.close();
   }
   h5::replace_file(tmp, path, durable, "feature stats");
@@ -146,8 +166,71 @@ FileState read_feature_file(const std::string& path, const std::vector<HookPoint
   const auto offsets = read_all<std::int64_t>(f, "/prompts/id_offsets", H5T_NATIVE_INT64);
   for (std::size_t i = 0; i + 1 < offsets.size(); ++i)
     s.prompt_id.emplace_back(bytes.begin() + offsets[i], bytes.begin() + offsets[i + 1]);
-  for (const auto& h : hooks) s.hooks.emplace(h.name, read_hook(f, h.name, h.row_shape.at(0), path));
+  for (const auto& h : hooks) {
+    s.hooks.emplace(h.name, read_hook(f, h.name, h.row_shape.at(0), path));
+    if (H5Lexists(f.id(), ("/features/" + h.name + "/sae_sparsity").c_str(), H5P_DEFAULT) > 0)
+      s.sae_sparsity[h.name] = read_all<double>(f, "/features/" + h.name + "/sae_sparsity", H5T_NATIVE_DOUBLE);
+  }
+  s.complete = h5::has_attr(f, "complete") && h5::read_int_attr(f, "complete") == 1;
   return s;
+}
+
+FileState join_feature_files(const std::vector<std::string>& parts, const std::string& run_config_sha) {
+  h5::silence_errors();
+  if (parts.empty()) runtime_error("feature stats join: no parts");
+  FileState all;
+  std::vector<std::pair<std::int64_t, std::string>> prompts;
+  std::vector<std::string> names;
+  std::int64_t rows_before = 0;
+  for (const auto& path : parts) {
+    std::vector<HookPoint> hooks;
+    {
+      Handle f = h5::open_file(path, H5F_ACC_RDONLY);
+      const auto here = hook_names(f);
+      if (&path == &parts.front()) names = here;
+      if (here != names) runtime_error("feature stats join: {} holds other hooks than {}", path, parts.front());
+      for (const auto& n : here) {
+        Handle d = h5::open_dataset(f, "/features/" + n + "/n_fire");
+        Handle space = h5::dataset_space(d);
+        hsize_t dim = 0;
+        H5Sget_simple_extent_dims(space.id(), &dim, nullptr);
+        hooks.push_back(HookPoint{n, {static_cast<std::int64_t>(dim)}});
+      }
+    }
+    FileState part;
+    try {
+      part = read_feature_file(path, hooks, run_config_sha);
+    } catch (const Error& e) {
+      runtime_error("feature stats join: {}", e.what());
+    }
+    if (!part.complete) runtime_error("feature stats join: {} is not complete (its run was stopped); resume the run first", path);
+    // Every hook saw every row of the part; the part's rows follow those of the parts before it.
+    const std::int64_t offset = rows_before;
+    rows_before += part.hooks.empty() ? 0 : part.hooks.begin()->second.rows;
+    for (auto& [name, st] : part.hooks) {
+      auto it = all.hooks.find(name);
+      if (it == all.hooks.end()) {
+        FeatureState empty(st.features);
+        it = all.hooks.emplace(name, std::move(empty)).first;
+      }
+      if (it->second.features != st.features)
+        runtime_error("feature stats join: hook '{}' has {} features in {}, {} in {}", name, st.features, path,
+                      it->second.features, parts.front());
+      it->second.merge(st, offset);
+    }
+    if (&path == &parts.front()) all.sae_sparsity = part.sae_sparsity;
+    for (std::size_t i = 0; i < part.prompt_idx.size(); ++i) prompts.emplace_back(part.prompt_idx[i], part.prompt_id[i]);
+    all.mark.prompts += part.mark.prompts;
+    all.mark.rows += part.mark.rows;
+    all.mark.results_bytes += part.mark.results_bytes;
+  }
+  std::stable_sort(prompts.begin(), prompts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [idx, id] : prompts) {
+    all.prompt_idx.push_back(idx);
+    all.prompt_id.push_back(std::move(id));
+  }
+  all.complete = true;
+  return all;
 }
 
 }  // namespace sonde::feature_stats

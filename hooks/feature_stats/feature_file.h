@@ -23,10 +23,19 @@ struct FileState {
   std::vector<std::string> prompt_id;
   CommitMark mark;
   bool complete = false;
+  // Per hook, the SAE's own log10 feature density from training (sparsity.safetensors), when
+  // its folder has one: written as /features/<hook>/sae_sparsity beside the run's frequency.
+  std::map<std::string, std::vector<double>> sae_sparsity;
 };
 
 void write_feature_file(const std::string& path, const FileState& s, bool durable);
 // The state of `path` for these hooks (BadInput when it lacks one or its run_config_sha256 differs).
 FileState read_feature_file(const std::string& path, const std::vector<HookPoint>& hooks, const std::string& run_config_sha);
+
+// A data-parallel run's complete parts (one per model copy, in copy order) as one state, as one
+// process would have made it (FeatureState::merge): row numbers follow the parts' concatenation,
+// as in the joined activation file; prompts by prompt_idx; the marks added up. Runtime error when
+// a part is incomplete, of another run, or holds other hooks or widths than the first.
+FileState join_feature_files(const std::vector<std::string>& parts, const std::string& run_config_sha);
 
 }  // namespace sonde::feature_stats

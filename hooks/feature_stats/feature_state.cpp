@@ -25,10 +25,12 @@ FeatureState::FeatureState(std::int64_t f)
     : features(f), n_fire(static_cast<std::size_t>(f)), sum(static_cast<std::size_t>(f)), max(static_cast<std::size_t>(f)),
       hist(static_cast<std::size_t>(f * kBins)), top(static_cast<std::size_t>(f)) {}
 
-namespace {
-// Better: a larger value, then the earlier row.
-bool better(const TopEntry& a, const TopEntry& b) { return a.value > b.value || (a.value == b.value && a.row < b.row); }
-}  // namespace
+bool better(const TopEntry& a, const TopEntry& b) {
+  if (a.value != b.value) return a.value > b.value;
+  if (a.prompt_idx != b.prompt_idx) return a.prompt_idx < b.prompt_idx;
+  if (a.pos != b.pos) return a.pos < b.pos;
+  return a.step < b.step;
+}
 
 void FeatureState::add(const float* acts, std::int64_t n, std::int64_t prompt_idx, const std::vector<std::int32_t>& pos,
                        const std::vector<std::int32_t>& step, const std::vector<std::int32_t>& tokens) {
@@ -43,13 +45,13 @@ void FeatureState::add(const float* acts, std::int64_t n, std::int64_t prompt_id
       max[J] = std::max(max[J], v);
       ++hist[J * kBins + static_cast<std::size_t>(hist_bin(v))];
       auto& t = top[J];
-      if (static_cast<int>(t.size()) == kTopN && !(v > t.back().value)) continue;  // later rows lose ties
       TopEntry e;
       e.value = v;
       e.row = rows;
       e.prompt_idx = prompt_idx;
       e.pos = pos[static_cast<std::size_t>(r)];
       e.step = step[static_cast<std::size_t>(r)];
+      if (static_cast<int>(t.size()) == kTopN && !better(e, t.back())) continue;
       for (int k = 0; k < kContext; ++k) {
         const std::int64_t p = static_cast<std::int64_t>(e.pos) - kWindow + k;
         e.context[k] = p >= 0 && p < static_cast<std::int64_t>(tokens.size()) ? tokens[static_cast<std::size_t>(p)] : -1;
@@ -58,6 +60,22 @@ void FeatureState::add(const float* acts, std::int64_t n, std::int64_t prompt_id
       if (static_cast<int>(t.size()) > kTopN) t.pop_back();
     }
   }
+}
+
+void FeatureState::merge(const FeatureState& o, std::int64_t row_offset) {
+  for (std::size_t j = 0; j < n_fire.size(); ++j) {
+    n_fire[j] += o.n_fire[j];
+    sum[j] += o.sum[j];
+    max[j] = std::max(max[j], o.max[j]);
+    auto& t = top[j];
+    for (TopEntry e : o.top[j]) {
+      e.row += row_offset;
+      t.insert(std::upper_bound(t.begin(), t.end(), e, better), e);
+    }
+    if (static_cast<int>(t.size()) > kTopN) t.resize(kTopN);
+  }
+  for (std::size_t i = 0; i < hist.size(); ++i) hist[i] += o.hist[i];
+  rows += o.rows;
 }
 
 }  // namespace sonde::feature_stats

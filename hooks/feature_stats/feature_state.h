@@ -9,9 +9,11 @@
 //                (below kLow: bin 0; at or above kHigh: the last bin)
 //   top[F]       its kTopN largest activations, each with the prompt, position, step and the
 //                tokens around the position (kWindow each side, -1 beyond the sequence); ties go
-//                to the earlier row, so the result does not depend on how rows were batched.
+//                to the lower (prompt_idx, pos, step), a key of the row itself, so the result
+//                depends neither on how rows were batched nor on which rank saw them.
 // Rows are added a prompt at a time in run order; a state read back from its file continues
-// bit for bit (resume).
+// bit for bit (resume). Two states merge (merge()): counts, histograms and maxima exactly, the
+// top lists exactly (each holds every entry of the union's top that is its own), sums to rounding.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -47,6 +49,12 @@ struct FeatureState {
   // step; `tokens` the prompt's whole sequence (prompt and completion) for the contexts.
   void add(const float* acts, std::int64_t n, std::int64_t prompt_idx, const std::vector<std::int32_t>& pos,
            const std::vector<std::int32_t>& step, const std::vector<std::int32_t>& tokens);
+  // The rows of `other` as if they followed this state's: its row numbers shifted by `row_offset`
+  // (the rows before it in the joined activation file).
+  void merge(const FeatureState& other, std::int64_t row_offset);
 };
+
+// Whether `a` ranks before `b` in a top list: a larger value, then the lower (prompt_idx, pos, step).
+bool better(const TopEntry& a, const TopEntry& b);
 
 }  // namespace sonde::feature_stats

@@ -3,21 +3,40 @@
 // (feature_file.h). Like the stats sink, a committed run (sonde batch) rewrites the file at each
 // checkpoint and a resume continues from it, so a resumed run's file equals an uninterrupted one's.
 // A prompt's rows are kept until end_prompt, which brings the sequence the contexts are cut from.
+// A data-parallel run's parts are merged into one file (join_feature_files) equal to one
+// process's, but for the sums' rounding and top_row, which numbers rows as the joined --acts does.
 #include "feature_file.h"
 
 #include <sonde/error.h>
 #include <sonde/plugin.h>
+#include <sonde/sae.h>
 #include <sonde/sink.h>
 #include <sonde/tensor.h>
+
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 
 namespace sonde::feature_stats {
 namespace {
 
-bool feature_hook(const HookPoint& h) {
-  const std::string s = ".hook_sae_acts_post";
-  return h.row_shape.size() == 1 && h.name.size() > s.size() && h.name.compare(h.name.size() - s.size(), s.size(), s) == 0;
+bool feature_hook(const HookPoint& h) { return h.row_shape.size() == 1 && sae_acts_post_hook(h.name); }
+
+// Per captured acts_post hook, the log10 feature densities its SAE was saved with (SAELens's
+// sparsity.safetensors), found through the run's record of its SAEs (run_config_json's saes).
+std::map<std::string, std::vector<double>> sae_sparsity(const RunMetadata& meta, const std::vector<HookPoint>& hooks) {
+  std::map<std::string, std::vector<double>> out;
+  const auto it = meta.strings.find("run_config_json");
+  if (it == meta.strings.end()) return out;
+  const auto config = nlohmann::json::parse(it->second, nullptr, false);
+  if (!config.is_object() || !config.contains("saes")) return out;
+  for (const auto& sae : config["saes"])
+    for (const auto& h : hooks)
+      if (h.name == sae.value("hook", std::string()) + ".hook_sae_acts_post") {
+        const Tensor t = read_sae_sparsity(sae.value("path", sae.value("folder", std::string())), h.row_shape.at(0));
+        if (!t.empty()) out[h.name].assign(t.data<float>(), t.data<float>() + t.shape().numel());
+      }
+  return out;
 }
 
 }  // namespace
@@ -42,6 +61,7 @@ class FeatureStatsSink final : public Sink {
     }
     state_.meta = meta;
     state_.complete = false;
+    state_.sae_sparsity = sae_sparsity(meta, mine);
     if (o.streaming) write_feature_file(path_, state_, durable_);
     return state_.mark;
   }
@@ -80,6 +100,14 @@ class FeatureStatsSink final : public Sink {
     state_.complete = true;
     write_feature_file(path_, state_, durable_);
   }
+  void join(const std::vector<std::string>& parts, const std::string& path, const RunMetadata& meta) override {
+    const auto sha = meta.strings.count("run_config_sha256") ? meta.strings.at("run_config_sha256") : "";
+    FileState all = join_feature_files(parts, sha);
+    all.meta = meta;
+    all.meta.ints["data_parallel_parts"] = static_cast<std::int64_t>(parts.size());
+    write_feature_file(path, all, true);
+  }
+  bool joins() const override { return true; }
 
  private:
   std::string path_;

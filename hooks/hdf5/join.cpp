@@ -139,8 +139,8 @@ void check_part(const Part& p, const RunMetadata& meta) {
                   h5::read_string_attr(p.file, "run_config_sha256"), want->second);
 }
 
-std::vector<std::string> act_names(const h5::Handle& file) {
-  h5::Handle acts = h5::open_group(file, "acts");
+std::vector<std::string> group_names(const h5::Handle& file, const std::string& group) {
+  h5::Handle acts = h5::open_group(file, group);
   H5G_info_t info;
   h5::check_rc(H5Gget_info(acts.id(), &info), "list", acts.where());
   std::vector<std::string> names;
@@ -152,22 +152,41 @@ std::vector<std::string> act_names(const h5::Handle& file) {
   return names;
 }
 
+std::vector<std::string> act_names(const h5::Handle& file) { return group_names(file, "acts"); }
+
+// /sparse (SAE feature activations as CSR): entries and values are virtual like the rest; each
+// part's indptr starts at 0, so the joined one is written shifted by the entries of the parts before.
+void join_sparse(const h5::Handle& out, const std::vector<Part>& parts, const std::string& dir) {
+  const bool first = h5::has_link(parts[0].file, "sparse");
+  for (const auto& p : parts)
+    if (h5::has_link(p.file, "sparse") != first) runtime_error("HDF5 join: {} and {} differ in /sparse", p.path, parts[0].path);
+  if (!first) return;
+  const auto hooks = group_names(parts[0].file, "sparse");
+  for (const auto& p : parts)
+    if (group_names(p.file, "sparse") != hooks) runtime_error("HDF5 join: {} holds other /sparse hooks than {}", p.path, parts[0].path);
+  h5::Handle sparse = h5::create_group(out, "sparse");
+  for (const auto& h : hooks) {
+    const std::string g = "sparse/" + h;
+    h5::Handle group = h5::create_group(sparse, h);
+    copy_attrs(h5::open_group(parts[0].file, g), group);
+    virtual_concat(out, g + "/indices", parts, dir);
+    virtual_concat(out, g + "/values", parts, dir);
+    write_i64(out, g + "/indptr", joined_offsets(parts, g + "/indptr"));
+  }
+}
+
 void build(const h5::Handle& out, const std::vector<Part>& parts, const RunMetadata& meta, const std::string& dir) {
   for (const auto& [k, v] : meta.strings) h5::write_attr(out, k, v);
   for (const auto& [k, v] : meta.ints) h5::write_attr(out, k, v);
   h5::write_attr(out, "schema", std::string(kSchema));
   h5::write_attr(out, "data_parallel_parts", static_cast<std::int64_t>(parts.size()));
 
-  // CSR offsets of one part do not hold in the whole (each part's start at 0): no virtual view.
-  for (const auto& p : parts)
-    if (h5::has_link(p.file, "sparse"))
-      bad_input("HDF5 join: {} holds sparse SAE activations (/sparse), which a data-parallel run cannot join yet; "
-                "read each part's /sparse, or run on one process", p.path);
   const auto hooks = act_names(parts[0].file);
   for (const auto& p : parts)
     if (act_names(p.file) != hooks) runtime_error("HDF5 join: {} holds other hooks than {}", p.path, parts[0].path);
   h5::Handle acts = h5::create_group(out, "acts");
   for (const auto& h : hooks) virtual_concat(out, "acts/" + h, parts, dir);
+  join_sparse(out, parts, dir);
 
   h5::Handle rows = h5::create_group(out, "rows");
   copy_attrs(h5::open_group(parts[0].file, "rows"), rows);

@@ -2,6 +2,7 @@
 #include "sparse_acts.h"
 
 #include <sonde/error.h>
+#include <sonde/sae.h>
 
 #include <algorithm>
 #include <memory>
@@ -9,8 +10,6 @@
 
 namespace sonde::hdf5 {
 namespace {
-
-constexpr const char* kSuffix = ".hook_sae_acts_post";
 
 h5::Extendible column(const h5::Handle& g, const char* name, hid_t type, std::size_t bytes, bool compress) {
   h5::ExtendibleSpec spec;
@@ -20,27 +19,9 @@ h5::Extendible column(const h5::Handle& g, const char* name, hid_t type, std::si
   return h5::Extendible::create(g, name, spec);
 }
 
-// The entries a row keeps: its non-zero values, or the k largest of them (ties: the lower index),
-// in ascending feature order.
-void select(const float* row, std::int64_t n, std::int64_t k, std::vector<std::int32_t>& idx) {
-  idx.clear();
-  for (std::int64_t j = 0; j < n; ++j)
-    if (row[j] != 0.0f) idx.push_back(static_cast<std::int32_t>(j));
-  if (k > 0 && static_cast<std::int64_t>(idx.size()) > k) {
-    std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), [&](std::int32_t a, std::int32_t b) {
-      return row[a] > row[b] || (row[a] == row[b] && a < b);
-    });
-    idx.resize(static_cast<std::size_t>(k));
-    std::sort(idx.begin(), idx.end());
-  }
-}
-
 }  // namespace
 
-bool sparse_hook(const std::string& hook) {
-  const std::string s(kSuffix);
-  return hook.size() > s.size() && hook.compare(hook.size() - s.size(), s.size(), s) == 0;
-}
+bool sparse_hook(const std::string& hook) { return sae_acts_post_hook(hook); }
 
 void SparseActs::create(const h5::Handle& file, const std::vector<HookPoint>& hooks, const h5::StorageType& storage,
                         std::int64_t top_k, bool compress) {
@@ -102,7 +83,7 @@ std::function<void()> SparseActs::prepare(const std::string& hook, const TensorV
   std::vector<std::int32_t> row_idx;
   for (std::int64_t r = 0; r < n; ++r) {
     const float* row = dense.data<float>() + r * cols;
-    select(row, cols, a.top_k, row_idx);
+    sparse_row_entries(row, cols, a.top_k, row_idx);
     for (auto j : row_idx) {
       idx->push_back(j);
       vals.push_back(row[j]);

@@ -2,7 +2,10 @@
 
 #include "test_paths.h"
 
+#include <algorithm>
+#include <chrono>
 #include <fcntl.h>
+#include <thread>
 #include <fstream>
 #include <signal.h>
 #include <sstream>
@@ -60,6 +63,27 @@ std::string read_text(const std::filesystem::path& file) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+namespace {
+std::int64_t lines_in(const std::filesystem::path& f) {
+  const auto t = read_text(f);
+  return static_cast<std::int64_t>(std::count(t.begin(), t.end(), '\n'));
+}
+}  // namespace
+
+::testing::AssertionResult kill_at_lines(const std::vector<std::string>& args, const std::filesystem::path& results,
+                                         std::int64_t lines, const std::filesystem::path& log) {
+  const Child c = spawn_sonde(args, log);
+  for (;;) {
+    if (poll_child(c)) return ::testing::AssertionFailure() << "the run finished before the kill; " << read_text(log);
+    if (std::filesystem::exists(results) && lines_in(results) >= lines) {
+      send_signal(c, SIGKILL);
+      if (wait_child(c) == 128 + SIGKILL) return ::testing::AssertionSuccess();
+      return ::testing::AssertionFailure() << "the run ended otherwise; " << read_text(log);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
 }
 
 }  // namespace sonde::test

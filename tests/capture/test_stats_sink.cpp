@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <fstream>
 #include <thread>
 
@@ -108,26 +107,6 @@ TEST(StatsSink, EqualsTheCapturedRowsWhateverTheMicroBatchSize) {
       expect_stats_of_rows(dir / ("s" + tag + ".h5"), dir / ("a" + tag + ".h5"), h);
   }
   EXPECT_EQ(read_int_attr(dir / "s4.h5", "complete"), 1);
-}
-
-std::int64_t stats_lines_in(const fs::path& f) {
-  const auto t = read_text(f);
-  return static_cast<std::int64_t>(std::count(t.begin(), t.end(), '\n'));
-}
-
-// Runs `args` and SIGKILLs it once `results` has `lines` lines; false (and why) if it ended first.
-::testing::AssertionResult kill_at_lines(const std::vector<std::string>& args, const fs::path& results, std::int64_t lines,
-                                         const fs::path& log) {
-  const Child c = spawn_sonde(args, log);
-  for (;;) {
-    if (poll_child(c)) return ::testing::AssertionFailure() << "the run finished before the kill; " << read_text(log);
-    if (fs::exists(results) && stats_lines_in(results) >= lines) {
-      send_signal(c, SIGKILL);
-      if (wait_child(c) == 128 + SIGKILL) return ::testing::AssertionSuccess();
-      return ::testing::AssertionFailure() << "the run ended otherwise; " << read_text(log);
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-  }
 }
 
 TEST(StatsSink, ASigkillThenResumeGivesTheBitsOfAnUninterruptedRun) {

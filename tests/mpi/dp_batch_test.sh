@@ -5,10 +5,13 @@
 #   tp             mpiexec -n 2 --tensor-parallel 2 (one copy split over two ranks): equal too
 #   kill           SIGKILL of one rank ends the job; --resume completes it, equal to one process
 #   errors         bad input across ranks: one line, non-zero exit of the whole job, no hang
+#   features ARCH N  with an SAE: sparse activations (--sae-sparse) and the feature dashboard
+#                  (--feature-stats) of mpiexec -n N equal one process's (compare_features.py)
 #   rerun          --overwrite of a larger job's outputs by a smaller one, down to a copy with no
 #                  prompt: the old run's counts neither show nor break the new one
 set -euo pipefail
 sonde=$1; check=$2; case=$3; shift 3
+src=$(cd "$(dirname "$check")/../.." && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 work=$(mktemp -d "${TMPDIR:-/tmp}/sonde-mpi-XXXXXX")
 keep() { echo "files kept in $work"; }
@@ -36,6 +39,23 @@ equal)
   [ "$(ls acts | tr '\n' ' ')" = "$(for r in $(seq 0 $((n - 1))); do printf 'rank-%d.h5 ' "$r"; done)run.h5 " ] || fail "acts/ holds $(ls acts)"
   /usr/bin/python3 "$check" one.h5 acts/run.h5 || fail "run.h5 differs from one process's file"
   [ "$(grep -c 'done:' dp.log)" = 1 ] || { cat dp.log; fail "expected one summary (rank 0's)"; }
+  ;;
+features)
+  arch=$1 n=$2; shift 2
+  "$sonde" make-model --arch "$arch" --preset tiny --out m >/dev/null
+  dataset 40
+  gen=(--max-new-tokens 6 --temperature 0 --batch-size 3 --threads 1 --sae "$src/tests/data/sae/topk_flat" --sae-sparse nonzero
+       --hooks 'blocks.1.hook_resid_post.hook_sae_acts_post,blocks.1.hook_resid_post.hook_sae_recons')
+  [ "$arch" = dream ] && gen+=(--steps 3 --diffusion-capture all)
+  "$sonde" batch --model m --input in.jsonl --output one.jsonl "${gen[@]}" --acts one.h5 --feature-stats one_f.h5 2>/dev/null
+  timeout 120 mpiexec -n "$n" --oversubscribe --bind-to none "$@" "$sonde" batch --backend sharded --model m \
+    --input in.jsonl --output dp.jsonl "${gen[@]}" --acts acts --feature-stats feats > dp.log 2>&1 \
+    || { cat dp.log; fail "mpiexec -n $n batch exited $?"; }
+  cmp one.jsonl dp.jsonl || fail "results differ from one process"
+  [ "$(ls feats | tr '\n' ' ')" = "$(for r in $(seq 0 $((n - 1))); do printf 'rank-%d.h5 ' "$r"; done)run.h5 " ] || fail "feats/ holds $(ls feats)"
+  /usr/bin/python3 "$check" one.h5 acts/run.h5 || fail "run.h5 differs from one process's file"
+  /usr/bin/python3 "$src/tests/mpi/compare_features.py" one_f.h5 feats/run.h5 acts/run.h5 \
+    || fail "the joined feature file differs from one process's"
   ;;
 tp)
   "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null

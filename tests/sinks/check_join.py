@@ -1,6 +1,7 @@
 """check_join.py WHOLE JOINED [TOL]: every prompt of WHOLE (one process's file) reads the same from
 JOINED (a data-parallel run's run.h5) through the reading recipe of docs/hdf5-layout.md and
-through /index: activations, rows, every per-prompt field and the diffusion steps. Exit 1 on the
+through /index: activations (dense, and sparse under /sparse), rows, every per-prompt field and the
+diffusion steps. Exit 1 on the
 first difference. Activations must be bit-equal, or with TOL within TOL of the largest magnitude
 of the hook's rows (a backend that is not batch-invariant); the largest difference is printed."""
 import sys
@@ -39,6 +40,7 @@ def read_whole(name, obj):  # every dataset reads whole (a virtual one from ever
 joined.visititems(read_whole)
 n = len(whole["prompts/prompt_idx"])
 assert len(joined["prompts/prompt_idx"]) == n, "prompt count"
+assert sorted(whole["sparse"] if "sparse" in whole else []) == sorted(joined["sparse"] if "sparse" in joined else [])
 assert sorted(joined["index/prompt_idx"][:].tolist()) == joined["index/prompt_idx"][:].tolist()
 for p in whole["prompts/prompt_idx"][:]:
     a, b = entry(whole, p), entry(joined, p)
@@ -65,4 +67,11 @@ for p in whole["prompts/prompt_idx"][:]:
         assert np.array_equal(ragged(whole, "prompts", values, offsets, a), ragged(joined, "prompts", values, offsets, b)), \
             f"prompt {p} {values}"
     assert steps_of(whole, p) == steps_of(joined, p), f"prompt {p} steps"
+    for hook in (whole["sparse"] if "sparse" in whole else []):
+        x, y = whole["sparse"][hook], joined["sparse"][hook]
+        assert dict(x.attrs) == dict(y.attrs), f"sparse/{hook} attributes"
+        px, py = x["indptr"][sa:sa + ca + 1], y["indptr"][sb:sb + cb + 1]
+        assert np.array_equal(np.diff(px), np.diff(py)), f"prompt {p} sparse/{hook} row lengths"
+        for c in ("indices", "values"):
+            assert np.array_equal(x[c][px[0]:px[-1]], y[c][py[0]:py[-1]]), f"prompt {p} sparse/{hook}/{c}"
 print(f"{n} prompts equal" + (f" (activations within {worst:.3g})" if worst else " (activations bit-equal)"))

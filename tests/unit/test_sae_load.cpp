@@ -165,6 +165,25 @@ TEST(SaeLoad, BadWeightsNameTheTensor) {
   }
 }
 
+// sparsity.safetensors (SAELens's log10 feature density): read when present, its shape checked,
+// its absence fine.
+TEST(SaeLoad, SparsityReadWhenPresentAndChecked) {
+  Folder f;
+  EXPECT_TRUE(Sae::load(f.write())->weights().sparsity.empty());
+  const Tensor density = filled(Shape{3}, -3.5f, 0.75f);
+  write_safetensors(f.dir / "sparsity.safetensors", {{"sparsity", density.view()}});
+  const auto sae = Sae::load(f.dir);
+  const Tensor& got = sae->weights().sparsity;
+  ASSERT_EQ(got.shape(), Shape{3});
+  EXPECT_EQ(got.data<float>()[0], -3.5f);
+  EXPECT_EQ(got.data<float>()[2], -2.0f);
+  const Tensor wrong = filled(Shape{4}, 0, 1);
+  write_safetensors(f.dir / "sparsity.safetensors", {{"sparsity", wrong.view()}});
+  EXPECT_THAT(load_error(f), HasSubstr("sparsity.safetensors: tensor 'sparsity' has shape [4], expected [3]"));
+  write_safetensors(f.dir / "sparsity.safetensors", {{"density", density.view()}});
+  EXPECT_THAT(load_error(f), HasSubstr("sparsity.safetensors: tensor 'sparsity' is missing"));
+}
+
 std::vector<HookPoint> hooks() {
   return {{"hook_embed", {2}},          {"blocks.0.ln2.hook_out", {2}}, {"blocks.0.hook_mlp_out", {2}},
           {"blocks.0.hook_resid_post", {2}}, {"blocks.0.attn.hook_z", {1, 2}}, {"blocks.1.hook_resid_post", {4}}};

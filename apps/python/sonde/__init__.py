@@ -16,10 +16,11 @@ from ._batch import batch
 from ._submit import Completion, Handle
 from ._dump import Dump, SparseRows, open_dump
 from ._report import report
+from ._sae import SAE, load_sae
 
 __all__ = ["Model", "Tokenizer", "Cache", "Generation", "Handle", "Completion", "HookPoint", "Token", "Step", "Finished", "ROW_KINDS",
            "Error", "BadInput", "RuntimeFailure", "HookError", "bf16_to_f32", "batch", "open_dump", "Dump", "SparseRows",
-           "report"]
+           "report", "SAE", "load_sae"]
 
 
 def bf16_to_f32(bits):

@@ -13,6 +13,30 @@ class SparseRows:
     def __init__(self, data, indices, indptr, shape):
         self.data, self.indices, self.indptr, self.shape = data, indices, indptr, shape
 
+    def __len__(self):
+        return self.shape[0]
+
+    def __getitem__(self, rows):
+        """The rows `rows` (a slice or integer indices) as another SparseRows."""
+        rows = np.arange(self.shape[0])[rows]
+        if np.ndim(rows) == 0:
+            rows = np.asarray([rows])
+        lengths = np.diff(self.indptr)[rows]
+        indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        take = np.concatenate([np.arange(self.indptr[r], self.indptr[r + 1]) for r in rows]) if len(rows) else []
+        take = np.asarray(take, dtype=np.int64)
+        return SparseRows(self.data[take], self.indices[take], indptr, (len(rows), self.shape[1]))
+
+    @staticmethod
+    def concat(parts):
+        """The rows of each part, one part after the other."""
+        indptr, base = [np.zeros(1, np.int64)], 0
+        for p in parts:
+            indptr.append(np.asarray(p.indptr[1:], np.int64) + base)
+            base += int(p.indptr[-1])
+        return SparseRows(np.concatenate([p.data for p in parts]), np.concatenate([p.indices for p in parts]),
+                          np.concatenate(indptr), (sum(p.shape[0] for p in parts), parts[0].shape[1]))
+
     def toarray(self):
         out = np.zeros(self.shape, np.float32)
         rows = np.repeat(np.arange(self.shape[0]), np.diff(self.indptr))

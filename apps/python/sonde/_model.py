@@ -7,6 +7,8 @@ from contextlib import contextmanager
 import numpy as np
 
 from . import _drive, _sonde, _submit
+from ._dump import SparseRows
+from ._sae import SAE, load_sae
 
 HookPoint = namedtuple("HookPoint", "name shape")
 Token = namedtuple("Token", "request token")
@@ -43,7 +45,9 @@ class Cache:
     `cache.rows[col][i]` (prompt_idx, pos, token_id, step, kind, fresh, computed_step), as in the file's /rows."""
 
     def __init__(self, arrays, rows, steps, hooks):
-        self._arrays = arrays
+        # sparse storage: (data, indices, indptr, n_cols) from the engine (module.cpp hook_arrays)
+        self._arrays = {h: SparseRows(a[0], a[1], a[2], (len(a[2]) - 1, a[3])) if isinstance(a, tuple) else a
+                        for h, a in arrays.items()}
         self.rows = rows
         self.steps = steps
         self.hooks = [HookPoint(n, tuple(s)) for n, s in hooks]
@@ -163,16 +167,19 @@ class Model:
         return [HookPoint(n, tuple(s)) for n, s in self._engine.hook_points()]
 
     def attach_sae(self, path, splice=False, error_term=False):
-        """Attaches a SAELens SAE or transcoder folder (docs/sae.md) to every later call: adds
-        `<hook>.hook_sae_input`, `_acts_pre`, `_acts_post`, `_recons`, `_error` and `_output`
-        hook points (for run_with_cache, generate, hooks and edits). splice: the output hook's
-        value is replaced by the SAE's output in every forward (plus its error with error_term),
-        as the CLI's --sae-splice / --sae-error-term, chosen per SAE. Returns a dict: folder,
-        architecture, hook (canonical), d_in, d_sae, splice, error_term. Raises sonde.BadInput
-        for a bad folder, a hook the model lacks or a width that does not fit."""
+        """Attaches a SAELens SAE or transcoder folder (or a sonde.load_sae result; docs/sae.md) to
+        every later call: adds `<hook>.hook_sae_input`, `_acts_pre`, `_acts_post`, `_recons`,
+        `_error` and `_output` hook points (for run_with_cache, generate, hooks and edits).
+        splice: the output hook's value is replaced by the SAE's output in every forward (plus its
+        error with error_term), as the CLI's --sae-splice / --sae-error-term, chosen per SAE.
+        Returns a sonde.SAE: a dict (folder, path, architecture, hook_name, hook (canonical),
+        d_in, d_sae, weights_sha256, splice, error_term) with encode/decode and sparsity. Raises
+        sonde.BadInput for a bad folder, a hook the model lacks or a width that does not fit."""
         if error_term and not splice:
             raise ValueError("attach_sae: error_term needs splice=True")
-        return json.loads(self._engine.attach_sae(str(path), bool(splice), bool(error_term)))
+        sae = path if isinstance(path, SAE) else load_sae(path)
+        info = json.loads(self._engine.attach_sae(sae._handle, bool(splice), bool(error_term)))
+        return SAE(sae._handle, dict(sae, **info))
 
     def apply_chat_template(self, messages, add_generation_prompt=True):
         """The chat rendered with the model's template; messages: [{"role", "content"}, ...]."""
@@ -219,7 +226,7 @@ class Model:
     def _run(self, requests, options, on_event=None):
         return _drive.finish(self._start(requests, options), on_event)
 
-    def run_with_cache(self, inputs, hooks="blocks.*.hook_resid_post", positions="all", storage="f32"):
+    def run_with_cache(self, inputs, hooks="blocks.*.hook_resid_post", positions="all", storage="f32", sae_sparse=None):
         """One forward pass per prompt; returns (logits, cache).
 
         inputs: text, a list of token ids, or a list of those. hooks: a selection as on the command
@@ -229,13 +236,15 @@ class Model:
 
         For one prompt, logits is [T, vocab] float32; for a list, a list of them. cache[hook] is
         [rows, *row_shape] with every prompt's rows one after the other, described by cache.rows.
-        The arrays own their memory: they outlive the model.
+        The arrays own their memory: they outlive the model. sae_sparse ("nonzero" or "top:K", as
+        --sae-sparse): each captured *.hook_sae_acts_post is a sonde.SparseRows (CSR: data,
+        indices, indptr; toarray(), to_scipy()) instead of a dense array.
         """
         reqs, many = _requests(inputs)
         if not reqs:
             raise _sonde.BadInput("run_with_cache: inputs is an empty list: give a prompt, token ids or a list of them")
         options = {"kind": "forward", "command": "forward", "memory": True,
-                   "capture": {"hooks": hooks or "", "storage": storage}}
+                   "capture": {"hooks": hooks or "", "storage": storage, "sae_sparse": sae_sparse or ""}}
         logits, parts = [], []
         for i, r in enumerate(reqs):
             res = self._run([r], options)
@@ -246,7 +255,8 @@ class Model:
             logits, cache = _select_positions(logits, cache, positions)
         return (logits if many else logits[0]), cache
 
-    def _generate_call(self, prompts, seed, hooks, positions, capture, storage, batch_size, history, settings):
+    def _generate_call(self, prompts, seed, hooks, positions, capture, storage, batch_size, history, settings,
+                       sae_sparse=None):
         reqs, _ = _requests(prompts)
         defaults = {k: v for k, v in settings.items() if v is not None}
         if "stop" in defaults and isinstance(defaults["stop"], str):
@@ -254,13 +264,14 @@ class Model:
         options = {"kind": "generate", "command": "generate", "defaults": defaults, "seed": int(seed),
                    "batch_size": int(batch_size), "record_history": bool(history), "memory": bool(hooks),
                    "capture": {"hooks": hooks or "", "positions": positions, "diffusion_capture": capture,
-                               "storage": storage}}
+                               "storage": storage, "sae_sparse": sae_sparse or ""}}
         return reqs, options
 
     def generate(self, prompts, max_new_tokens=None, temperature=None, top_p=None, top_k=None,
                  repetition_penalty=None, stop=None, steps=None, alg=None, eps=None, alg_temp=None, seed=0,
                  hooks=None, positions="all", capture="commit", storage="f32", batch_size=0, history=False,
-                 diffusion_mode=None, block_size=None, threshold=None, tokens_per_step=None, refresh_every=None):
+                 diffusion_mode=None, block_size=None, threshold=None, tokens_per_step=None, refresh_every=None,
+                 sae_sparse=None):
         """Generates from each prompt with the model's decoding (autoregressive for Qwen2, masked
         diffusion for Dream), as `sonde generate` does; returns a Generation.
 
@@ -270,14 +281,15 @@ class Model:
         dual-cache), block_size, threshold, tokens_per_step, refresh_every: the command line's
         --diffusion-mode, --block-size, --threshold, --tokens-per-step, --refresh-every.
         seed: prompt i uses seed + i. hooks/positions/capture/storage choose what is captured
-        (docs/capture.md); batch_size: prompts per micro-batch (0: all at once).
+        (docs/capture.md); batch_size: prompts per micro-batch (0: all at once). sae_sparse
+        ("nonzero" or "top:K"): captured *.hook_sae_acts_post as sonde.SparseRows (CSR).
         """
         settings = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                         repetition_penalty=repetition_penalty, stop=stop, steps=steps, alg=alg, eps=eps,
                         alg_temp=alg_temp, diffusion_mode=diffusion_mode, block_size=block_size,
                         threshold=threshold, tokens_per_step=tokens_per_step, refresh_every=refresh_every)
         reqs, options = self._generate_call(prompts, seed, hooks, positions, capture, storage, batch_size,
-                                            history, settings)
+                                            history, settings, sae_sparse)
         return Generation(self._run(reqs, options))
 
     def engine(self, slots=8, max_waiting=256, max_context=2048, prefill_chunk=256):
@@ -371,7 +383,8 @@ def _join_forward(parts):
     if len(parts) == 1:
         p = parts[0]
         return Cache(p["cache"], p["rows"], [], hooks)
-    arrays = {h: np.concatenate([p["cache"][h] for p in parts]) for h in parts[0]["cache"]}
+    parts = [dict(p, cache=Cache(p["cache"], p["rows"], [], hooks)) for p in parts]
+    arrays = {h: _concat([p["cache"][h] for p in parts]) for h in parts[0]["cache"]}
     rows = {}
     for col in parts[0]["rows"]:
         cols = []
@@ -380,6 +393,12 @@ def _join_forward(parts):
             cols.append(np.full_like(c, i) if col == "prompt_idx" else c)
         rows[col] = np.concatenate(cols)
     return Cache(arrays, rows, [], hooks)
+
+
+def _concat(arrays):
+    if isinstance(arrays[0], SparseRows):
+        return SparseRows.concat(arrays)
+    return np.concatenate(arrays)
 
 
 def _select_positions(logits, cache, positions):

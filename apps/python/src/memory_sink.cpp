@@ -2,14 +2,19 @@
 
 #include <sonde/dtype.h>
 #include <sonde/error.h>
+#include <sonde/sae.h>
 #include <sonde/tensor.h>
 
 namespace sonde::py {
 
 CommitMark MemorySink::open(const SinkOptions& options, const RunMetadata&, const std::vector<HookPoint>& hooks) {
   storage_ = options.storage;
+  sparse_top_k_ = options.sparse_top_k;
   hooks_.clear();
-  for (const auto& h : hooks) hooks_[h.name].row_shape = h.row_shape;
+  for (const auto& h : hooks) {
+    hooks_[h.name].row_shape = h.row_shape;
+    hooks_[h.name].sparse = sparse_top_k_ >= 0 && h.row_shape.size() == 1 && sae_acts_post_hook(h.name);
+  }
   return {};
 }
 
@@ -25,9 +30,23 @@ void MemorySink::write(const TapRecord& rec, const TensorView& v) {
     src_view = &packed.view();
   }
   HookRows& h = it->second;
-  const auto n = static_cast<std::size_t>(v.shape.numel());
+  auto n = static_cast<std::size_t>(v.shape.numel());
   const float* src = src_view->as<const float>();
   h.rows += v.shape[0];
+  std::vector<float> kept;
+  if (h.sparse) {  // the row's kept entries only, as the HDF5 sink's /sparse
+    const std::int64_t cols = h.row_shape.at(0);
+    std::vector<std::int32_t> idx;
+    for (std::int64_t r = 0; r < v.shape[0]; ++r) {
+      const float* row = src + r * cols;
+      sparse_row_entries(row, cols, sparse_top_k_, idx);
+      for (auto j : idx) kept.push_back(row[j]);
+      h.indices.insert(h.indices.end(), idx.begin(), idx.end());
+      h.indptr.push_back(static_cast<std::int64_t>(h.indices.size()));
+    }
+    src = kept.data();
+    n = kept.size();
+  }
   if (storage_ == DType::f32) {
     h.f32.insert(h.f32.end(), src, src + n);
     return;

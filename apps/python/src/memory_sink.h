@@ -16,6 +16,11 @@ struct HookRows {
   std::int64_t rows = 0;
   std::vector<float> f32;             // storage f32
   std::vector<std::uint16_t> half;    // storage bf16 or f16: the bits
+  // Sparse storage (SinkOptions::sparse_top_k >= 0, an SAE's hook_sae_acts_post): f32/half hold
+  // the kept values only, as CSR with these (docs/hdf5-layout.md's /sparse, in memory).
+  bool sparse = false;
+  std::vector<std::int64_t> indptr{0};
+  std::vector<std::int32_t> indices;
 };
 
 class MemorySink : public Sink {
@@ -38,6 +43,7 @@ class MemorySink : public Sink {
 
  private:
   DType storage_ = DType::f32;
+  std::int64_t sparse_top_k_ = -1;
   std::map<std::string, HookRows> hooks_;
   std::vector<RowRecord> rows_;
   std::vector<StepRecord> steps_;

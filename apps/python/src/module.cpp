@@ -7,6 +7,7 @@
 #include "memory_sink.h"
 #include "options.h"
 #include "report.h"
+#include "sae_bind.h"
 #include "submit.h"
 
 #include <sonde/chat.h>
@@ -66,10 +67,16 @@ pb::dict hook_arrays(MemorySink& m) {
   for (auto& [name, h] : m.hooks()) {
     std::vector<pb::ssize_t> shape{static_cast<pb::ssize_t>(h.rows)};
     for (auto d : h.row_shape) shape.push_back(d);
+    if (h.sparse) shape = {static_cast<pb::ssize_t>(h.indices.size())};  // the kept values
     if (m.storage() == DType::f32)
       cache[name.c_str()] = owned_array(std::move(h.f32), shape);
     else
       cache[name.c_str()] = owned_array(std::move(h.half), shape, pb::dtype(m.storage() == DType::bf16 ? "uint16" : "float16"));
+    if (h.sparse) {  // (data, indices, indptr, n_cols): _model.py makes it a SparseRows
+      const auto nnz = static_cast<pb::ssize_t>(h.indices.size()), rows = static_cast<pb::ssize_t>(h.indptr.size());
+      cache[name.c_str()] = pb::make_tuple(cache[name.c_str()], owned_array(std::move(h.indices), {nnz}),
+                                           owned_array(std::move(h.indptr), {rows}), h.row_shape.at(0));
+    }
   }
   return cache;
 }
@@ -373,6 +380,7 @@ pb::dict stats_dict(const EngineStats& st) {
 }  // namespace sonde::py
 
 PYBIND11_MODULE(_sonde, m) {
+  sonde::py::bind_sae(m);
   using namespace sonde;
   using namespace sonde::py;
   m.doc() = "sonde's engine; use the sonde package, not this module";
@@ -433,12 +441,12 @@ PYBIND11_MODULE(_sonde, m) {
              return out;
            })
       .def("attach_sae",
-           [](Loaded& e, const std::string& path, bool splice, bool error_term) {
+           [](Loaded& e, const PySae& sae, bool splice, bool error_term) {
              pb::gil_scoped_release nogil;
-             const auto& a = e.session->attach_sae(Sae::load(path), splice, error_term);
+             const auto& a = e.session->attach_sae(sae.sae, splice, error_term);
              return saes_json({a}).at(0).dump();
            },
-           "path"_a, "splice"_a = false, "error_term"_a = false)
+           "sae"_a, "splice"_a = false, "error_term"_a = false)
       .def("encode", [](Loaded& e, const std::string& text) { return tokenizer_of(e).encode(text); })
       .def("decode",
            [](Loaded& e, const std::vector<std::int32_t>& ids, bool skip_special) {

@@ -45,13 +45,14 @@ void check_keys(const json& o, const std::vector<std::string>& known, const char
 }
 
 CaptureSettings parse_capture(const json& j) {
-  check_keys(j, {"hooks", "positions", "diffusion_capture", "storage", "compress"}, "capture");
+  check_keys(j, {"hooks", "positions", "diffusion_capture", "storage", "compress", "sae_sparse"}, "capture");
   CaptureSettings c;
   c.hooks = j.value("hooks", "");
   c.positions = j.value("positions", "all");
   c.diffusion_capture = j.value("diffusion_capture", "commit");
   c.storage = j.value("storage", "f32");
   c.compress = j.value("compress", false);
+  c.sae_sparse = j.value("sae_sparse", "");  // "", "nonzero" or "top:K" (docs/sae.md)
   c.check();
   return c;
 }

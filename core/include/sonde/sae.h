@@ -38,6 +38,7 @@ struct SaeConfig {
   bool apply_b_dec_to_input = true;
   SaeNorm norm = SaeNorm::None;
   std::string dtype = "float32";
+  std::string weights_sha256;  // of sae_weights.safetensors: which weights a run used, in its files
 };
 
 // Weights as the graph reads them (f32): Linear's [N, K] layout.
@@ -50,7 +51,14 @@ struct SaeWeights {
   Tensor dec;       // [d_out, d_sae]: W_dec^T
   Tensor b_dec;     // [d_out]
   Tensor w_dec;     // [d_sae, d_out]: W_dec as stored (feature directions, for edits)
+  // [d_sae] SAELens's log10 feature density from training (sparsity.safetensors); empty when the
+  // folder has none. Not used by the graph: the features sink writes it beside its frequencies.
+  Tensor sparsity;
 };
+
+// `folder`/sparsity.safetensors's tensor `sparsity` as f32 [d_sae]; an empty tensor when the file
+// is absent. BadInput naming the file for a missing tensor, another shape or a non-float dtype.
+Tensor read_sae_sparsity(const std::filesystem::path& folder, std::int64_t d_sae);
 
 class Sae {
  public:
@@ -92,9 +100,27 @@ std::vector<HookPoint> sae_hook_points(const AttachedSae& a);
 // in `weights` (the backend they were uploaded to). Runtime error for a hook the graph lacks.
 void insert_saes(Graph& g, const std::vector<AttachedSae>& saes, const GraphBuilder::WeightLookup& weights);
 
-// What a run records of its SAEs (run_config_json's key saes): folder, architecture, hooks, widths,
-// splice and error term.
+// What a run records of its SAEs (run_config_json's key saes, and the root attribute saes_json):
+// folder (absolute: path), architecture, hook_name as cfg.json gives it and the canonical hooks,
+// widths, k, the weights' sha256, splice and error term.
 nlohmann::json saes_json(const std::vector<AttachedSae>& saes);
+
+// Whether `hook` is an SAE's feature activations (<hook>.hook_sae_acts_post): what sparse storage
+// and the features sink take.
+bool sae_acts_post_hook(const std::string& hook);
+
+// The entries sparse storage keeps of one row of feature activations (--sae-sparse,
+// docs/hdf5-layout.md): its non-zero values (top_k 0) or the top_k largest of them (ties: the
+// lower index), as ascending feature indices in `idx`.
+void sparse_row_entries(const float* row, std::int64_t n, std::int64_t top_k, std::vector<std::int32_t>& idx);
+
+// The SAE's encoder and decoder on host f32 rows, by the formulas the graph runs (docs/sae.md
+// "Exact formulas"; dot products in double): encode gives hook_sae_acts_post [rows, d_sae] of
+// rows x [rows, d_in]; decode gives hook_sae_recons [rows, d_out] (f W_dec + b_dec, before
+// constant_norm_rescale's undoing) of rows f [rows, d_sae]. For the Python package's
+// sae.encode / sae.decode on NumPy arrays.
+std::vector<float> sae_encode(const Sae& sae, const float* x, std::int64_t rows);
+std::vector<float> sae_decode(const Sae& sae, const float* f, std::int64_t rows);
 
 // (name, view) of each weight an attached SAE's nodes read, for Backend::upload.
 std::vector<std::pair<std::string, TensorView>> sae_weight_views(const AttachedSae& a);
