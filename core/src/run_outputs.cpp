@@ -16,6 +16,16 @@
 namespace sonde::run_detail {
 namespace fs = std::filesystem;
 
+const char* run_kind_name(RunKind k) {
+  switch (k) {
+    case RunKind::Forward: return "forward";
+    case RunKind::Generate: return "generate";
+    case RunKind::Score: return "score";
+    case RunKind::Lens: return "lens";
+  }
+  return "?";
+}
+
 namespace {
 
 // The diffusion decodings the run's requests resolve to, each once, in order of first use: a
@@ -50,7 +60,7 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
   nlohmann::json j{{"command", o.command},
                    {"model_config_sha256", sha256_hex(raw.data(), raw.size())},
                    {"backend", s.backend_name()},
-                   {"kind", o.kind == RunKind::Forward ? "forward" : "generate"},
+                   {"kind", run_kind_name(o.kind)},
                    {"seed", o.seed},
                    {"batch_size", o.batch_size},
                    {"defaults", o.defaults.to_json()},
@@ -63,6 +73,9 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
   if (const auto saes = s.saes(); !saes.empty()) j["saes"] = saes_json(saes);
   if (o.kind == RunKind::Generate && s.info().decoding == DecodingKind::MaskedDiffusion) j["decoding"] = decoding(s, prepared);
   if (o.kind == RunKind::Forward) j["logits"] = o.forward_logits ? "all" : "none";
+  if (o.kind == RunKind::Score && s.info().diffusion())
+    j["score"] = {{"samples", o.score.samples}, {"coupled", o.score.coupled}, {"record_masks", o.score.record_masks}};
+  if (o.kind == RunKind::Lens) j["lens"] = {{"top_k", o.lens.top_k}, {"diffusion", o.lens.diffusion}};
   // Only when not the default, so an f32 run's config (and its digest) is what it was before --compute.
   if (s.compute() != "f32") j["compute"] = s.compute();
   if (!o.dataset_path.empty()) {

@@ -22,6 +22,10 @@ Request parse_request(const json& j, std::size_t index) {
     } else if (key == "ids") {
       r.ids = value.get<std::vector<std::int32_t>>();
       if (r.ids.empty()) bad_input("{}: ids is empty", r.where);
+    } else if (key == "completion") {
+      r.completion = value.get<std::string>();
+    } else if (key == "completion_ids") {
+      r.completion_ids = value.get<std::vector<std::int32_t>>();
     } else if (key == "messages") {
       for (const auto& m : value) r.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
     } else {
@@ -67,10 +71,21 @@ CallSpec parse_call(const std::string& requests_json, const std::string& options
     check_keys(o,
                {"kind", "command", "defaults", "seed", "batch_size", "use_kv_cache", "capture", "sinks", "results_path",
                 "resume", "overwrite", "durable", "record_history", "keep_results", "checkpoint_every", "checkpoint_seconds",
-                "skip_bad", "dataset", "memory", "stream", "progress", "stop_mid_batch", "edits"},
+                "skip_bad", "dataset", "memory", "stream", "progress", "stop_mid_batch", "edits", "score", "lens"},
                "options");
     RunOptions& r = c.options;
-    r.kind = o.value("kind", "generate") == "forward" ? RunKind::Forward : RunKind::Generate;
+    const std::string kind = o.value("kind", "generate");
+    r.kind = kind == "forward" ? RunKind::Forward : kind == "score" ? RunKind::Score : kind == "lens" ? RunKind::Lens : RunKind::Generate;
+    if (o.contains("score")) {
+      const json& sc = o["score"];
+      check_keys(sc, {"samples", "coupled", "record_masks"}, "score");
+      r.score = ScoreSettings{sc.value("samples", std::int64_t{32}), sc.value("coupled", false), sc.value("record_masks", false)};
+    }
+    if (o.contains("lens")) {
+      const json& le = o["lens"];
+      check_keys(le, {"top_k", "diffusion"}, "lens");
+      r.lens = LensSettings{le.value("top_k", std::int64_t{5}), le.value("diffusion", false)};
+    }
     r.command = o.value("command", "python");
     r.defaults = GenerationSettings::from_json(o.value("defaults", json::object()));
     r.defaults.check();
