@@ -4,6 +4,7 @@
 #include <sonde/output_lock.h>
 #include <sonde/results_file.h>
 #include <sonde/run.h>
+#include <sonde/run_schema.h>
 
 #include <functional>
 #include <memory>
@@ -24,7 +25,6 @@ struct PreparedRequest {
   std::vector<std::int32_t> completion;  // RunKind::Score: the completion's tokens
 };
 
-const char* run_kind_name(RunKind k);  // as run_config_json records it
 
 // One request tokenized, its settings merged over o.defaults and checked (BadInput naming
 // Request::where); its seed is its own or o.seed + index.

@@ -9,6 +9,7 @@
 #include "run_internal.h"
 
 #include <sonde/run_metadata.h>
+#include <sonde/run_schema.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -16,15 +17,6 @@
 namespace sonde::run_detail {
 namespace fs = std::filesystem;
 
-const char* run_kind_name(RunKind k) {
-  switch (k) {
-    case RunKind::Forward: return "forward";
-    case RunKind::Generate: return "generate";
-    case RunKind::Score: return "score";
-    case RunKind::Lens: return "lens";
-  }
-  return "?";
-}
 
 namespace {
 
