@@ -83,6 +83,13 @@ int main(int argc, char** argv) {
       return c.run(sonde::cli::Args(argv + 2, argv + argc));
     } catch (const sonde::Error& e) {
       if (auto* job = sonde::cli::current_job(); job && job->size() > 1) end_job(*job, cmd, e.what(), e.exit_code());
+      // Refused before the job formed (options, outputs), on every rank: rank 0's line ends the job
+      // (mpiexec stops the others); another rank prints only an error of its own, after a moment.
+      if (const auto [n, rank] = sonde::cli::launcher_job(); n > 1 && rank != 0) {
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        std::cerr << "sonde " << cmd << ": error: rank " << rank << ": " << e.what() << "\n";
+        return e.exit_code();
+      }
       std::cerr << "sonde " << cmd << ": error: " << e.what() << "\n";
       return e.exit_code();
     } catch (const boost::program_options::error& e) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 
@@ -264,6 +265,18 @@ void generate_on_engine(RunModel& s, EngineModel& em, const std::vector<Prepared
   commits.finish(next, out, res);
 }
 
+// A sink's path that is a directory is a data-parallel run's (its ranks' parts and run.h5, or one
+// made for it): one process writes one file and cannot resume those parts.
+void check_one_process_outputs(const RunOptions& o) {
+  for (const auto& s : o.sinks) {
+    if (s.path.empty() || !std::filesystem::is_directory(s.path)) continue;
+    if (o.resume)
+      bad_setting(s.name.c_str(), "{} is the directory of a data-parallel run (one file per model copy): resume it under "
+                  "mpiexec with the same number of model copies", s.path);
+    bad_setting(s.name.c_str(), "{} is a directory, but a run of one process writes one file: give a file path", s.path);
+  }
+}
+
 }  // namespace
 
 namespace run_detail {
@@ -308,7 +321,10 @@ RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOption
   o.capture.check();
   // On several ranks the front end checked before any rank wrote; here another rank's files may
   // already be there.
-  if (!o.job || o.job->size() <= 1) check_outputs(o);
+  if (!o.job || o.job->size() <= 1) {
+    check_outputs(o);
+    check_one_process_outputs(o);
+  }
   if (o.kind == RunKind::Forward && requests.size() != 1)
     bad_input("a forward pass runs one request, got {}", requests.size());
   if (o.kind == RunKind::Lens && requests.size() != 1) bad_input("the lens runs one request, got {}", requests.size());

@@ -249,8 +249,9 @@ void check_outputs(const RunOptions& o) {
   if (o.resume) return;  // what exists is continued (and checked against the run when opened)
   if (!o.results_path.empty() && !o.overwrite && std::filesystem::exists(o.results_path))
     bad_setting("output", "{} exists (resume to continue that run, or overwrite to replace it)", o.results_path);
-  for (const auto& s : o.sinks)
-    if (!s.path.empty() && !s.overwrite && std::filesystem::exists(s.path))
+  for (const auto& s : o.sinks)  // an empty directory (made for a data-parallel run's parts) holds nothing to lose
+    if (!s.path.empty() && !s.overwrite && std::filesystem::exists(s.path) &&
+        !(std::filesystem::is_directory(s.path) && std::filesystem::is_empty(s.path)))
       bad_setting(s.name.c_str(), "{} exists (resume to continue that run, or overwrite to replace it)", s.path);
 }
 

@@ -5,6 +5,9 @@
 #   tp             mpiexec -n 2 --tensor-parallel 2 (one copy split over two ranks): equal too
 #   kill           SIGKILL of one rank ends the job; --resume completes it, equal to one process
 #   errors         bad input across ranks: one line, non-zero exit of the whole job, no hang
+#   edges          issue 29's rough edges: mpiexec without --backend sharded (one line, no run),
+#                  an empty --acts folder made beforehand (taken), a one-process --resume of the
+#                  data-parallel run's outputs (one line saying so)
 #   rerun          --overwrite of a larger job's outputs by a smaller one, down to a copy with no
 #                  prompt: the old run's counts neither show nor break the new one
 set -euo pipefail
@@ -110,6 +113,33 @@ rerun)
   grep -q "progress: .* 1/1 prompts" one.log || { cat one.log; fail "no progress line of 1/1"; }
   if grep "progress:" one.log | grep -v " 1/1 prompts" | grep -q .; then cat one.log; fail "a progress line counts another run"; fi
   grep -q "done: 1 prompts (0 before this run)" one.log || { cat one.log; fail "the summary counts another run"; }
+  ;;
+edges)
+  "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
+  dataset 6
+  base=(batch --model m --input in.jsonl --max-new-tokens 2 --threads 1)
+  st=0
+  timeout 60 mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --output u.jsonl > unsharded.log 2>&1 || st=$?
+  [ $st -ne 0 ] || { cat unsharded.log; fail "unsharded: exit 0"; }
+  [ "$(grep -c 'sonde batch: error:' unsharded.log)" = 1 ] || { cat unsharded.log; fail "unsharded: not one error line"; }
+  grep -q "sonde batch: error: --backend: started by mpiexec as 2 processes.*add --backend sharded" unsharded.log \
+    || { cat unsharded.log; fail "unsharded: the line does not say to add --backend sharded"; }
+  [ ! -e u.jsonl ] || fail "unsharded: a results file was written"
+  mkdir acts
+  timeout 120 mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --backend sharded --output dp.jsonl \
+    --hooks blocks.0.hook_resid_post --acts acts > empty_dir.log 2>&1 || { cat empty_dir.log; fail "an empty --acts folder was refused"; }
+  [ -e acts/run.h5 ] || { ls acts; fail "no acts/run.h5"; }
+  st=0  # refused before the job forms, on every rank: one line
+  timeout 60 mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --backend sharded --output dp.jsonl > exists.log 2>&1 || st=$?
+  [ $st -ne 0 ] || fail "existing output: exit 0"
+  [ "$(grep -c 'sonde batch: error:' exists.log)" = 1 ] || { cat exists.log; fail "existing output: not one error line"; }
+  grep -q "sonde batch: error: --output: dp.jsonl exists" exists.log || { cat exists.log; fail "existing output: no line naming it"; }
+  st=0
+  timeout 60 "$sonde" "${base[@]}" --output dp.jsonl --hooks blocks.0.hook_resid_post --acts acts --resume > one.log 2>&1 || st=$?
+  [ $st -eq 2 ] || { cat one.log; fail "one-process resume: exit $st, not 2"; }
+  [ "$(wc -l < one.log)" = 1 ] || { cat one.log; fail "one-process resume: not one line"; }
+  grep -q "sonde batch: error: --acts: acts is the directory of a data-parallel run.*resume it under mpiexec" one.log \
+    || { cat one.log; fail "one-process resume: the line does not say what the folder is"; }
   ;;
 *) fail "unknown case $case" ;;
 esac
