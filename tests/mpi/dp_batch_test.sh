@@ -73,6 +73,10 @@ kill)
     --output dp.jsonl "${gen[@]}" --hooks 'blocks.*.hook_resid_post' --acts acts --resume > resume.log 2>&1 \
     || { cat resume.log; fail "resume exited $?"; }
   grep -q "resuming after" resume.log || { cat resume.log; fail "the resume did not continue a committed run"; }
+  # One count of what earlier runs committed, the whole job's, in the note and the summary alike.
+  [ "$(grep -c "resuming after" resume.log)" = 1 ] || { cat resume.log; fail "more than one resume note"; }
+  n=$(sed -n 's/.*resuming after \([0-9]*\) committed prompts.*/\1/p' resume.log)
+  grep -q "done: $((400 - n)) prompts ($n before this run)" resume.log || { cat resume.log; fail "the summary counts other than the note's $n"; }
   cmp one.jsonl dp.jsonl || fail "resumed results differ from one process"
   /usr/bin/python3 "$check" one.h5 acts/run.h5 || fail "resumed run.h5 differs from one process's file"
   ;;
