@@ -91,7 +91,7 @@ errors)
     [ $st -ne 124 ] || fail "$name: still running after 60 s"
     grep -q -- "$pattern" "$name.log" || { cat "$name.log"; fail "$name: no '$pattern'"; }
   }
-  expect_error tp "3 ranks per model copy do not divide the job's 2 ranks" \
+  expect_error tp "^sonde batch: error: .*3 ranks per model copy do not divide the job's 2 ranks" \
     mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --output a.jsonl --tensor-parallel 3
   touch file.h5
   expect_error acts_file "file.h5 is a file, but a data-parallel run (2 model copies)" \
