@@ -279,7 +279,6 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
     return flag != 0;
   };
   generate_all(s, share, spec, mine, *out, res, agree);
-  res.committed_before = job_committed;
   out.reset();
 
   // Only a job whose every copy finished is joined; a cancelled one stays resumable.
