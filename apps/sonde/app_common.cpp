@@ -1,5 +1,7 @@
 #include "app_common.h"
 
+#include <cstdlib>
+
 #include <sonde/error.h>
 #include <sonde/log.h>
 #include <sonde/registry.h>
@@ -71,10 +73,22 @@ void close_job_on_error(const CommonOptions& o) {
   } catch (...) {
   }
 }
+// Started by mpiexec as several processes without --backend sharded, each would run the whole job
+// on its own (and the second would stop at the first's output lock). The first says so, once; the
+// others leave without a word, so that the job prints one line.
+void refuse_unshared_job(const CommonOptions& o) {
+  const auto [size, rank] = launcher_job();
+  if (size <= 1 || o.backend == "sharded") return;
+  if (rank != 0) std::_Exit(2);
+  bad_input("--backend: started by mpiexec as {} processes, but the backend is {}: each process would run the whole job "
+            "alone; add --backend sharded to split the job between them (docs/scale-out.md)",
+            size, o.backend.empty() ? "chosen per process" : "'" + o.backend + "'");
+}
 }  // namespace
 
 std::unique_ptr<Session> open_session(const CommonOptions& o) {
   init_logging(o.log_level);
+  refuse_unshared_job(o);
   if (o.threads < 0) bad_input("--threads: {} is negative", o.threads);
   if (o.weights != "native" && o.weights != "q8") bad_input("--weights: '{}' is not native or q8", o.weights);
   if (o.tensor_parallel < 0) bad_input("--tensor-parallel: {} is negative", o.tensor_parallel);
@@ -98,6 +112,18 @@ std::unique_ptr<Session> open_session(const CommonOptions& o) {
 }
 
 ProcessGroup* current_job() { return g_job; }
+
+// The launcher's job size and this process's rank (Open MPI's, else MPICH's variables); {1, 0}
+// outside mpiexec.
+std::pair<int, int> launcher_job() {
+  for (const auto& [size, rank] : {std::pair{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}, std::pair{"PMI_SIZE", "PMI_RANK"}}) {
+    const char* n = std::getenv(size);
+    const char* r = std::getenv(rank);
+    if (n && r) return {std::atoi(n), std::atoi(r)};
+  }
+  return {1, 0};
+}
+
 
 bool writes_outputs() { return !g_job || g_job->rank() % std::max(1, g_tensor_parallel) == 0; }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sonde::cli {
@@ -25,6 +26,9 @@ struct CommonOptions {
 // The job this process is a rank of (set when a session opens on a multi-process backend): an
 // error on one rank ends the whole job through it (main.cpp), so no rank waits forever.
 ProcessGroup* current_job();
+// The launcher's (mpiexec's) job size and this process's rank, from its environment, known before
+// any MPI call; {1, 0} outside mpiexec.
+std::pair<int, int> launcher_job();
 // Whether this process writes the command's files and report: not the other ranks of a
 // tensor-parallel model copy, which compute in step with its first rank.
 bool writes_outputs();

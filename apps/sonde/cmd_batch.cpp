@@ -135,7 +135,9 @@ int run_batch(BatchOptions o) {
   catch_sigint();
   const RunResult res = [&] {
     try {
-      return run(*session, data.requests, ro);
+      RunResult r;  // core names the setting (a sink by its name); the command line its flag
+      as_flags({{"hdf5", "--acts"}, {"stats", "--stats"}, {"features", "--feature-stats"}}, [&] { r = run(*session, data.requests, ro); });
+      return r;
     } catch (const Error& e) {
       // A failure while writing (full disk, file-size limit, I/O error) leaves the run at its last
       // checkpoint: say how to go on. Bad input is refused before anything is written.

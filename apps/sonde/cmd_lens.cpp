@@ -1,14 +1,13 @@
 // sonde lens: the logit lens (core lens.h) of one sequence, as a compact table (each layer's most
 // probable token at each position, its probability, * where it is the actual next token), as
-// JSON lines (--json), or into an HDF5 file (--out) through the hdf5 sink.
+// JSON lines (--json), or into an HDF5 file (--out): a Lens run of the run layer (run.h).
 #include "app_common.h"
 #include "commands.h"
+#include "run_flags.h"
 
 #include <sonde/error.h>
 #include <sonde/lens.h>
-#include <sonde/registry.h>
-#include <sonde/request.h>
-#include <sonde/sink.h>
+#include <sonde/run.h>
 #include <sonde/tokenizer.h>
 
 #include <nlohmann/json.hpp>
@@ -46,99 +45,17 @@ void print_table(const LensResult& r, const std::vector<std::int32_t>& ids, cons
   std::cout << "each cell: the layer's most probable next token and its probability; * = the actual next token\n";
 }
 
-void write_h5(const std::string& path, bool overwrite, const LensResult& r, const std::vector<std::int32_t>& ids,
-              const Session& s) {
-  if (std::filesystem::exists(path) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", path);
-  const std::int64_t L = r.layers, T = r.tokens, K = r.top_k;
-  Tensor top_ids(DType::i32, Shape{L, T, K}), top_probs(DType::f32, Shape{L, T, K});
-  Tensor rank(DType::i64, Shape{L, T}), prob(DType::f32, Shape{L, T});
-  for (std::int64_t i = 0; i < L * T; ++i) {
-    const auto& c = r.cells[static_cast<std::size_t>(i)];
-    for (std::int64_t k = 0; k < K; ++k) {
-      top_ids.data<std::int32_t>()[i * K + k] = c.top_ids[static_cast<std::size_t>(k)];
-      top_probs.data<float>()[i * K + k] = c.top_probs[static_cast<std::size_t>(k)];
+// One JSON object per layer and position ("step" first for a diffusion step).
+void print_json(const LensResult& r, const std::int64_t* step) {
+  for (std::int64_t l = 0; l < r.layers; ++l)
+    for (std::int64_t t = 0; t < r.tokens; ++t) {
+      const auto& c = r.at(l, t);
+      nlohmann::json j;
+      if (step) j["step"] = *step;
+      j.update({{"layer", l}, {"pos", t}, {"top_ids", c.top_ids}, {"top_probs", c.top_probs}});
+      if (c.next_id >= 0) j.update({{"next_id", c.next_id}, {"next_rank", c.next_rank}, {"next_prob", c.next_prob}});
+      std::cout << j.dump() << "\n";
     }
-    rank.data<std::int64_t>()[i] = c.next_rank;
-    prob.data<float>()[i] = c.next_prob;
-  }
-  auto sink = PluginRegistry::instance().sink("hdf5");
-  SinkOptions so;
-  so.path = path;
-  so.overwrite = overwrite;
-  RunMetadata meta;
-  meta.strings = {{"model_arch", s.info().arch}, {"model_path", s.model_dir().string()}, {"config_json", s.config().raw_json},
-                  {"backend", s.backend_name()}, {"compute", s.compute()}, {"kind", "logit_lens"}};
-  sink->open(so, meta, {});
-  sink->write_array("/input_ids", TensorView(const_cast<std::int32_t*>(ids.data()), DType::i32, Shape{T}));
-  sink->write_array("/lens/top_ids", top_ids.view());
-  sink->write_array("/lens/top_probs", top_probs.view());
-  sink->write_array("/lens/next_rank", rank.view());
-  sink->write_array("/lens/next_prob", prob.view());
-  sink->write_array("/logits", r.logits.view());
-  sink->write_array("/lens/last_layer_logits", r.last_logits.view());
-  sink->close();
-}
-
-// The lens at every denoising step: JSON lines with "step", a table per step, or --out with a
-// leading step dimension (/lens/steps, /lens/top_ids [S, L, N, K], ...).
-int diffusion_lens(Session& s, const std::vector<std::int32_t>& ids, std::int64_t top_k, const GenerationSettings& settings,
-                   bool json, const std::string& out, bool overwrite) {
-  if (!s.info().diffusion()) bad_input("--diffusion: model {} is not a diffusion model", s.info().arch);
-  const DiffusionLens d = logit_lens_diffusion(s, ids, resolve_diffusion(settings, s.config(), s.info().diffusion_loop), top_k);
-  if (!out.empty()) {
-    if (std::filesystem::exists(out) && !overwrite) bad_input("--out: {} exists (use --overwrite to replace it)", out);
-    const auto S = static_cast<std::int64_t>(d.per_step.size());
-    const auto& f = d.per_step.front();
-    const std::int64_t L = f.layers, N = f.tokens, K = f.top_k;
-    Tensor steps(DType::i64, Shape{S}), top_ids(DType::i32, Shape{S, L, N, K}), top_probs(DType::f32, Shape{S, L, N, K});
-    Tensor rank(DType::i64, Shape{S, L, N}), prob(DType::f32, Shape{S, L, N});
-    for (std::int64_t st = 0; st < S; ++st) {
-      steps.data<std::int64_t>()[st] = d.steps[static_cast<std::size_t>(st)];
-      const auto& r = d.per_step[static_cast<std::size_t>(st)];
-      for (std::int64_t i = 0; i < L * N; ++i) {
-        const auto& c = r.cells[static_cast<std::size_t>(i)];
-        for (std::int64_t k = 0; k < K; ++k) {
-          top_ids.data<std::int32_t>()[(st * L * N + i) * K + k] = c.top_ids[static_cast<std::size_t>(k)];
-          top_probs.data<float>()[(st * L * N + i) * K + k] = c.top_probs[static_cast<std::size_t>(k)];
-        }
-        rank.data<std::int64_t>()[st * L * N + i] = c.next_rank;
-        prob.data<float>()[st * L * N + i] = c.next_prob;
-      }
-    }
-    auto sink = PluginRegistry::instance().sink("hdf5");
-    SinkOptions so;
-    so.path = out;
-    so.overwrite = overwrite;
-    RunMetadata meta;
-    meta.strings = {{"model_arch", s.info().arch}, {"config_json", s.config().raw_json}, {"backend", s.backend_name()},
-                    {"compute", s.compute()}, {"kind", "logit_lens_diffusion"}};
-    sink->open(so, meta, {});
-    std::vector<std::int32_t> seq = d.sequence;
-    sink->write_array("/sequence", TensorView(seq.data(), DType::i32, Shape{N}));
-    sink->write_array("/lens/steps", steps.view());
-    sink->write_array("/lens/top_ids", top_ids.view());
-    sink->write_array("/lens/top_probs", top_probs.view());
-    sink->write_array("/lens/next_rank", rank.view());
-    sink->write_array("/lens/next_prob", prob.view());
-    sink->close();
-  }
-  for (std::size_t st = 0; st < d.per_step.size(); ++st) {
-    const auto& r = d.per_step[st];
-    if (json) {
-      for (std::int64_t l = 0; l < r.layers; ++l)
-        for (std::int64_t t = 0; t < r.tokens; ++t) {
-          const auto& c = r.at(l, t);
-          nlohmann::json j{{"step", d.steps[st]}, {"layer", l}, {"pos", t}, {"top_ids", c.top_ids}, {"top_probs", c.top_probs}};
-          if (c.next_id >= 0) j.update({{"next_id", c.next_id}, {"next_rank", c.next_rank}, {"next_prob", c.next_prob}});
-          std::cout << j.dump() << "\n";
-        }
-    } else if (out.empty()) {
-      std::cout << "step " << d.steps[st] << "\n";
-      print_table(r, d.sequence, s.tokenizer());
-    }
-  }
-  if (!out.empty() && !json) std::cout << "wrote " << out << " (" << d.per_step.size() << " steps)\n";
-  return 0;
 }
 
 }  // namespace
@@ -158,7 +75,7 @@ int cmd_lens(const Args& args) {
       ("out", po::value(&out), "HDF5 file: /lens/top_ids, top_probs [L,T,K], next_rank, next_prob [L,T], /logits")
       ("overwrite", po::bool_switch(&overwrite), "replace an existing --out file")
       ("diffusion", po::bool_switch(&diffusion), "masked diffusion: generate from the prompt, the lens at every denoising step");
-  GenerationSettings settings;  // --top-k is the lens's: diffusion here is greedy (temperature 0)
+  // --top-k is the lens's: diffusion here is greedy (temperature 0)
   std::int64_t max_new = 0, steps = 0;
   std::string alg;
   desc.add_options()
@@ -169,36 +86,45 @@ int cmd_lens(const Args& args) {
   if (!parse_options(args, "usage: sonde lens --model DIR (--ids 1,2,3 | --text T) [--top-k K] [--json] [--out F.h5]", desc, vm))
     return 0;
   if (vm.count("ids") == vm.count("text")) bad_input("give exactly one of --ids and --text");
-  if (top_k < 1) bad_input("--top-k must be at least 1, got {}", top_k);
-  auto session = open_session(common);
-  const Tokenizer* tok = session->tokenizer();
-  std::vector<std::int32_t> ids;
-  if (vm.count("ids")) {
-    ids = parse_id_list(ids_text, "--ids");
-  } else {
-    if (!tok) bad_input("--text: {} has no tokenizer; give --ids", session->model_dir().string());
-    ids = tok->encode(text);
-  }
-  if (ids.empty()) bad_input("no tokens to run");
-  session->check_ids(ids);
-  if (vm.count("max-new-tokens")) settings.max_new_tokens = max_new;
-  if (vm.count("steps")) settings.steps = steps;
-  if (vm.count("alg")) settings.alg = alg;
+  Request request;
+  request.where = vm.count("ids") ? "--ids" : "--text";
+  if (vm.count("ids")) request.ids = parse_id_list(ids_text, "--ids");
+  else request.text = text;
+  if (vm.count("max-new-tokens")) request.settings.max_new_tokens = max_new;
+  if (vm.count("steps")) request.settings.steps = steps;
+  if (vm.count("alg")) request.settings.alg = alg;
   if (!diffusion && (vm.count("max-new-tokens") || vm.count("steps") || vm.count("alg")))
     bad_input("--max-new-tokens, --steps and --alg need --diffusion");
-  if (diffusion) return diffusion_lens(*session, ids, top_k, settings, json, out, overwrite);
-  const LensResult r = logit_lens(*session, ids, top_k);
-  if (!out.empty()) write_h5(out, overwrite, r, ids, *session);
-  if (json) {
-    for (std::int64_t l = 0; l < r.layers; ++l)
-      for (std::int64_t t = 0; t < r.tokens; ++t) {
-        const auto& c = r.at(l, t);
-        nlohmann::json j{{"layer", l}, {"pos", t}, {"top_ids", c.top_ids}, {"top_probs", c.top_probs}};
-        if (c.next_id >= 0) j.update({{"next_id", c.next_id}, {"next_rank", c.next_rank}, {"next_prob", c.next_prob}});
-        std::cout << j.dump() << "\n";
+  RunOptions o;
+  o.kind = RunKind::Lens;
+  o.command = "lens";
+  o.lens = LensSettings{top_k, diffusion};
+  o.overwrite = overwrite;
+  if (!out.empty()) o.sinks = {SinkSpec{"hdf5", out, overwrite, nullptr}};
+  const auto flags = {std::pair{"hdf5", "--out"}, std::pair{"top_k", "--top-k"}, std::pair{"diffusion", "--diffusion"}};
+  as_flags(flags, [&] { check_outputs(o); });
+  auto session = open_session(common);
+  RunResult res;
+  as_flags(flags, [&] { res = run(*session, {request}, o); });
+  const Tokenizer* tok = session->tokenizer();
+  if (res.lens_steps) {
+    const auto& d = *res.lens_steps;
+    for (std::size_t st = 0; st < d.per_step.size(); ++st) {
+      if (json) {
+        print_json(d.per_step[st], &d.steps[st]);
+      } else if (out.empty()) {
+        std::cout << "step " << d.steps[st] << "\n";
+        print_table(d.per_step[st], d.sequence, tok);
       }
+    }
+    if (!out.empty() && !json) std::cout << "wrote " << out << " (" << d.per_step.size() << " steps)\n";
+    return 0;
+  }
+  const LensResult& r = *res.lens;
+  if (json) {
+    print_json(r, nullptr);
   } else if (out.empty()) {
-    print_table(r, ids, tok);
+    print_table(r, res.results.empty() ? std::vector<std::int32_t>{} : res.results.front().prompt_ids, tok);
   } else {
     std::cout << "wrote " << out << " (" << r.layers << " layers x " << r.tokens << " positions, top " << r.top_k << ")\n";
   }

@@ -14,6 +14,8 @@
 #include <iostream>
 #include <thread>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 namespace {
@@ -54,8 +56,15 @@ void usage(std::ostream& os) {
 // its own error (one only it met) and ends the job itself.
 [[noreturn]] static void end_job(sonde::ProcessGroup& job, const std::string& cmd, const std::string& what, int code) {
   if (job.rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
-  std::cerr << "sonde " << cmd << ": error: " << (job.rank() ? fmt::format("rank {}: ", job.rank()) : "") << what << "\n";
+  // One write(2) of the whole line: Open MPI's abort banner, written by another process to the
+  // same terminal, cannot land in the middle of it.
+  const std::string line = fmt::format("sonde {}: error: {}{}\n", cmd, job.rank() ? fmt::format("rank {}: ", job.rank()) : "", what);
   std::cerr.flush();
+  for (std::size_t at = 0; at < line.size();) {
+    const auto n = ::write(2, line.data() + at, line.size() - at);
+    if (n <= 0) break;
+    at += static_cast<std::size_t>(n);
+  }
   job.abort(code);
   std::_Exit(code);  // abort() does not return; GCC does not carry [[noreturn]] through a virtual call
 }
@@ -83,6 +92,13 @@ int main(int argc, char** argv) {
       return c.run(sonde::cli::Args(argv + 2, argv + argc));
     } catch (const sonde::Error& e) {
       if (auto* job = sonde::cli::current_job(); job && job->size() > 1) end_job(*job, cmd, e.what(), e.exit_code());
+      // Refused before the job formed (options, outputs), on every rank: rank 0's line ends the job
+      // (mpiexec stops the others); another rank prints only an error of its own, after a moment.
+      if (const auto [n, rank] = sonde::cli::launcher_job(); n > 1 && rank != 0) {
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        std::cerr << "sonde " << cmd << ": error: rank " << rank << ": " << e.what() << "\n";
+        return e.exit_code();
+      }
       std::cerr << "sonde " << cmd << ": error: " << e.what() << "\n";
       return e.exit_code();
     } catch (const boost::program_options::error& e) {

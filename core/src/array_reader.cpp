@@ -1,4 +1,4 @@
-// .npy reading and the route to the hdf5 plugin's reader (array_reader.h).
+// .npy reading, and the route to a plugin's reader by the file it reads (array_reader.h).
 #include <sonde/array_reader.h>
 #include <sonde/error.h>
 #include <sonde/registry.h>
@@ -13,11 +13,17 @@ namespace sonde {
 
 ArrayReader::~ArrayReader() = default;  // the vtable and type_info live in core (one copy)
 
-std::shared_ptr<const ArrayReader> hdf5_reader() {
-  std::shared_ptr<Sink> sink = PluginRegistry::instance().sink("hdf5");
-  auto* reader = dynamic_cast<const ArrayReader*>(sink.get());
-  if (!reader) bad_input("the hdf5 sink plugin cannot read arrays (is it an older build?)");
-  return std::shared_ptr<const ArrayReader>(sink, reader);  // keeps the plugin object alive
+std::shared_ptr<const ArrayReader> array_reader_for(const std::string& file) {
+  auto& registry = PluginRegistry::instance();
+  std::string sinks;
+  for (const auto& e : registry.plugins()) {
+    if (e.kind != "sink") continue;
+    sinks += (sinks.empty() ? "" : ", ") + e.name;
+    std::shared_ptr<Sink> sink = registry.sink(e.name);
+    const auto* reader = dynamic_cast<const ArrayReader*>(sink.get());
+    if (reader && reader->reads(file)) return std::shared_ptr<const ArrayReader>(sink, reader);  // keeps the plugin alive
+  }
+  bad_input("{}: no plugin reads this file (sink plugins found: {})", file, sinks.empty() ? "none" : sinks);
 }
 
 namespace {
@@ -89,7 +95,7 @@ Tensor read_array_source(const std::string& source) {
   if (colon != std::string::npos) {
     const std::string file = source.substr(0, colon), dataset = source.substr(colon + 1);
     if (!std::filesystem::exists(file)) bad_input("{}: no such file", file);
-    return hdf5_reader()->read(file, dataset);
+    return array_reader_for(file)->read(file, dataset);
   }
   if (source.size() > 4 && source.substr(source.size() - 4) == ".npy") return read_npy(source);
   bad_input("'{}' is neither FILE.npy nor FILE.h5:/dataset", source);

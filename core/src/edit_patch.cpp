@@ -21,7 +21,7 @@ std::vector<std::int64_t> ints(const Tensor& t) {
 
 std::shared_ptr<FilePatchRows> FilePatchRows::open(const std::string& file, const std::string& hook, std::int64_t row_elems,
                                                    const std::string& config_json, const std::string& where) {
-  auto reader = hdf5_reader();
+  auto reader = array_reader_for(file);
   const auto src_config = reader->root_attr(file, "config_json");
   if (!src_config) bad_input("{}: {} is not a sonde activation file (no config_json attribute)", where, file);
   const auto a = sha256_hex(src_config->data(), src_config->size()), b = sha256_hex(config_json.data(), config_json.size());

@@ -113,18 +113,6 @@ bool expand_range(const std::string& term, std::int64_t n_layers, std::vector<st
   return true;
 }
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
 }  // namespace
 
 bool HookPoint::per_sequence() const {
@@ -186,25 +174,12 @@ std::vector<HookPoint> HookSelector::resolve(const std::vector<HookPoint>& avail
         if (glob_match(w, available[i].name)) chosen[i] = hit = true;
       }
       if (hit) continue;
-      std::string hint;
-      for (const auto& c : closest_names(w, names)) hint += (hint.empty() ? "" : ", ") + c;
-      bad_setting("hooks", "'{}' matches no hook point{}{} (list them with `sonde hooks`)", w,
-                hint.empty() ? "" : "; did you mean: ", hint);
+      bad_setting("hooks", "'{}' matches no hook point{} (list them with `sonde hooks`)", w, did_you_mean(w, names));
     }
   }
   std::vector<HookPoint> out;
   for (std::size_t i = 0; i < available.size(); ++i)
     if (chosen[i]) out.push_back(available[i]);
-  return out;
-}
-
-std::vector<std::string> closest_names(std::string_view name, const std::vector<std::string>& candidates,
-                                       std::size_t max_results) {
-  std::vector<std::pair<std::size_t, std::string>> scored;
-  for (const auto& c : candidates) scored.emplace_back(edit_distance(name, c), c);
-  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < scored.size() && out.size() < max_results; ++i) out.push_back(scored[i].second);
   return out;
 }
 

@@ -129,13 +129,7 @@ GenerationSettings GenerationSettings::from_json(const json& o) {
       if (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const json& e) { return e.is_string(); })) bad_value(key, v);
       s.stop = v.get<std::vector<std::string>>();
     } else {
-      static const std::vector<std::string> known{
-          "max_new_tokens", "top_k", "steps", "seed", "temperature", "top_p", "repetition_penalty", "eps", "alg_temp",
-          "block_size", "tokens_per_step", "refresh_every", "threshold", "block_length", "cfg_scale", "alg",
-          "diffusion_mode", "remasking", "stop"};
-      std::string hint;
-      for (const auto& c : closest_names(key, known, 2)) hint += (hint.empty() ? "" : ", ") + c;
-      bad_input("unknown field \"{}\"{}{}", key, hint.empty() ? "" : "; did you mean: ", hint);
+      bad_input("unknown field \"{}\"{}", key, did_you_mean(key, keys(), 2));
     }
   }
   return s;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 
@@ -264,6 +265,18 @@ void generate_on_engine(RunModel& s, EngineModel& em, const std::vector<Prepared
   commits.finish(next, out, res);
 }
 
+// A sink's path that is a directory is a data-parallel run's (its ranks' parts and run.h5, or one
+// made for it): one process writes one file and cannot resume those parts.
+void check_one_process_outputs(const RunOptions& o) {
+  for (const auto& s : o.sinks) {
+    if (s.path.empty() || !std::filesystem::is_directory(s.path)) continue;
+    if (o.resume)
+      bad_setting(s.name.c_str(), "{} is the directory of a data-parallel run (one file per model copy): resume it under "
+                  "mpiexec with the same number of model copies", s.path);
+    bad_setting(s.name.c_str(), "{} is a directory, but a run of one process writes one file: give a file path", s.path);
+  }
+}
+
 }  // namespace
 
 namespace run_detail {
@@ -308,9 +321,23 @@ RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOption
   o.capture.check();
   // On several ranks the front end checked before any rank wrote; here another rank's files may
   // already be there.
-  if (!o.job || o.job->size() <= 1) check_outputs(o);
+  if (!o.job || o.job->size() <= 1) {
+    check_outputs(o);
+    check_one_process_outputs(o);
+  }
   if (o.kind == RunKind::Forward && requests.size() != 1)
     bad_input("a forward pass runs one request, got {}", requests.size());
+  if (o.kind == RunKind::Lens && requests.size() != 1) bad_input("the lens runs one request, got {}", requests.size());
+  if ((o.kind == RunKind::Score || o.kind == RunKind::Lens) && !s.session())
+    runtime_error("a {} run needs a loaded session", run_kind_name(o.kind));
+  if (o.kind == RunKind::Score && !o.capture.hooks.empty() && s.info().diffusion())
+    bad_setting("hooks", "capturing while scoring is for autoregressive models ({} is not)", s.info().arch);
+  if (o.kind == RunKind::Lens && !o.capture.hooks.empty()) bad_setting("hooks", "the lens captures no hooks");
+  if (o.kind == RunKind::Lens && o.lens.top_k < 1) bad_setting("top_k", "must be at least 1, got {}", o.lens.top_k);
+  if (o.kind == RunKind::Lens && o.lens.diffusion && !s.info().diffusion())
+    bad_setting("diffusion", "model {} is not a diffusion model", s.info().arch);
+  if (o.kind == RunKind::Score && (o.score.samples < 1 || (o.score.coupled && o.score.samples % 2)))
+    bad_setting("samples", "{} (with coupled an even number >= 2)", o.score.samples);
   const auto note = [&](const std::string& m) {
     if (o.on_note) o.on_note(m);
   };
@@ -345,7 +372,17 @@ RunResult run(RunModel& s, const std::vector<Request>& requests, const RunOption
     return res;
   }
   const auto config = run_config(s, o, prepared);
-  Outputs out(o, spec, run_metadata(s, config, o.capture.storage), diffusion);
+  RunMetadata meta = run_metadata(s, config, o.capture.storage);
+  if (o.kind == RunKind::Score || o.kind == RunKind::Lens) {  // one-shot outputs; Score writes its own lines
+    if (o.kind == RunKind::Lens) meta.strings["kind"] = o.lens.diffusion ? "logit_lens_diffusion" : "logit_lens";
+    RunOptions one_shot = o;
+    one_shot.results_path.clear();
+    Outputs out(one_shot, spec, meta, false);
+    if (o.kind == RunKind::Score) run_score(s, prepared, spec, o, out, res);
+    else run_lens(s, prepared[0], o, out, res);
+    return res;
+  }
+  Outputs out(o, spec, meta, diffusion);
   if (o.kind == RunKind::Forward) {
     run_forward(s, prepared[0], spec, o.forward_logits, out, res);
     out.close();

@@ -159,7 +159,7 @@ Edit resolve_one(const RunModel& m, const EditSpec& e, const HookPoint& h, const
                               e.source.substr(e.source.size() - 4) != ".npy";
       const std::string src = stats_file ? e.source + ":/stats/" + h.name + "/mean" : e.source;
       if (stats_file && !std::filesystem::exists(e.source)) bad_input("{}: {}: no such file", e.where, e.source);
-      if (stats_file && !hdf5_reader()->has(e.source, "/stats/" + h.name + "/mean"))
+      if (stats_file && !array_reader_for(e.source)->has(e.source, "/stats/" + h.name + "/mean"))
         bad_input("{}: {} has no statistics for hook '{}' (/stats/{}/mean)", e.where, e.source, h.name, h.name);
       out.operand = operand(e, h, read_array_source(src), out.groups);
       break;

@@ -4,6 +4,7 @@
 #include <sonde/output_lock.h>
 #include <sonde/results_file.h>
 #include <sonde/run.h>
+#include <sonde/run_schema.h>
 
 #include <functional>
 #include <memory>
@@ -21,7 +22,9 @@ struct PreparedRequest {
   GenerationSettings settings;     // the run's defaults overridden by the request's own
   std::uint64_t seed = 0;
   std::string key;                 // requests with equal keys may share a micro-batch
+  std::vector<std::int32_t> completion;  // RunKind::Score: the completion's tokens
 };
+
 
 // One request tokenized, its settings merged over o.defaults and checked (BadInput naming
 // Request::where); its seed is its own or o.seed + index.
@@ -58,6 +61,13 @@ class Outputs;
 // flag into its model copy's, so that the ranks of one copy stop at the same micro-batch.
 void generate_all(RunModel& s, const std::vector<PreparedRequest>& list, const CaptureSpec& spec, const RunOptions& o,
                   Outputs& out, RunResult& res, const std::function<bool(bool)>& agree);
+
+// run_score.cpp, run_lens.cpp: the Score and Lens kinds over prepared requests, into `out` (its
+// sinks one-shot files) and, for Score, the results file written as "<results_path>.partial" and
+// renamed when every line is scored.
+void run_score(RunModel& s, const std::vector<PreparedRequest>& list, const CaptureSpec& spec, const RunOptions& o,
+               Outputs& out, RunResult& res);
+void run_lens(RunModel& s, const PreparedRequest& p, const RunOptions& o, Outputs& out, RunResult& res);
 
 // run_parallel.cpp: the job's layout from the options (BadInput when tensor_parallel does not
 // divide the job), and a data-parallel committed run (RunOptions::job).

@@ -9,12 +9,14 @@
 #include "run_internal.h"
 
 #include <sonde/run_metadata.h>
+#include <sonde/run_schema.h>
 
 #include <algorithm>
 #include <filesystem>
 
 namespace sonde::run_detail {
 namespace fs = std::filesystem;
+
 
 namespace {
 
@@ -50,7 +52,7 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
   nlohmann::json j{{"command", o.command},
                    {"model_config_sha256", sha256_hex(raw.data(), raw.size())},
                    {"backend", s.backend_name()},
-                   {"kind", o.kind == RunKind::Forward ? "forward" : "generate"},
+                   {"kind", run_kind_name(o.kind)},
                    {"seed", o.seed},
                    {"batch_size", o.batch_size},
                    {"defaults", o.defaults.to_json()},
@@ -63,6 +65,9 @@ nlohmann::json run_config(const RunModel& s, const RunOptions& o, const std::vec
   if (const auto saes = s.saes(); !saes.empty()) j["saes"] = saes_json(saes);
   if (o.kind == RunKind::Generate && s.info().decoding == DecodingKind::MaskedDiffusion) j["decoding"] = decoding(s, prepared);
   if (o.kind == RunKind::Forward) j["logits"] = o.forward_logits ? "all" : "none";
+  if (o.kind == RunKind::Score && s.info().diffusion())
+    j["score"] = {{"samples", o.score.samples}, {"coupled", o.score.coupled}, {"record_masks", o.score.record_masks}};
+  if (o.kind == RunKind::Lens) j["lens"] = {{"top_k", o.lens.top_k}, {"diffusion", o.lens.diffusion}};
   // Only when not the default, so an f32 run's config (and its digest) is what it was before --compute.
   if (s.compute() != "f32") j["compute"] = s.compute();
   if (!o.dataset_path.empty()) {
@@ -247,8 +252,9 @@ void check_outputs(const RunOptions& o) {
   if (o.resume) return;  // what exists is continued (and checked against the run when opened)
   if (!o.results_path.empty() && !o.overwrite && std::filesystem::exists(o.results_path))
     bad_setting("output", "{} exists (resume to continue that run, or overwrite to replace it)", o.results_path);
-  for (const auto& s : o.sinks)
-    if (!s.path.empty() && !s.overwrite && std::filesystem::exists(s.path))
+  for (const auto& s : o.sinks)  // an empty directory (made for a data-parallel run's parts) holds nothing to lose
+    if (!s.path.empty() && !s.overwrite && std::filesystem::exists(s.path) &&
+        !(std::filesystem::is_directory(s.path) && std::filesystem::is_empty(s.path)))
       bad_setting(s.name.c_str(), "{} exists (resume to continue that run, or overwrite to replace it)", s.path);
 }
 

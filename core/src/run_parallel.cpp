@@ -262,6 +262,16 @@ void run_data_parallel(RunModel& s, const std::vector<PreparedRequest>& prepared
   copy->broadcast(std::as_writable_bytes(std::span(&mark.prompts, 1)), 0);
   out->follow(mark);
 
+  // The job's committed prompts, every copy's writer's mark summed: the one count a resume names
+  // (each copy's own generate_all would note only its share).
+  std::int64_t job_committed = 0;
+  for (const auto& e : world.allgather(bytes_of(std::to_string(job.writes() ? mark.prompts : 0))))
+    job_committed += std::stoll(string_of(e));
+  if (job_committed > 0 && job.rank == 0 && o.on_note) o.on_note(fmt::format("resuming after {} committed prompts", job_committed));
+  mine.on_note = [&o](const std::string& m) {
+    if (m.rfind("resuming after", 0) != 0 && o.on_note) o.on_note(m);
+  };
+
   const auto agree = [&](bool cancel) {
     if (copy->size() == 1) return cancel;
     std::uint8_t flag = cancel ? 1 : 0;

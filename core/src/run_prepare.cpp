@@ -38,6 +38,21 @@ void check_decoding_settings(const RunModel& s, const Request& r, const Generati
   }
 }
 
+// A scored request's completion: its ids, or its text encoded as it is.
+std::vector<std::int32_t> completion(const RunModel& s, const Request& r) {
+  std::vector<std::int32_t> ids = r.completion_ids;
+  if (ids.empty() && r.completion) {
+    if (!s.tokenizer()) bad_input("{}: {} has no tokenizer; give ids and completion_ids", r.where, s.model_dir().string());
+    ids = s.tokenizer()->encode(*r.completion);
+  }
+  if (ids.empty()) bad_input("{}: no completion to score (give completion or completion_ids)", r.where);
+  const auto V = s.config().vocab_size;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= V)
+      bad_input("{}: completion token id {} at position {} is outside the vocabulary [0, {})", r.where, ids[i], i, V);
+  return ids;
+}
+
 }  // namespace
 
 PreparedRequest prepare_one(const RunModel& s, const Request& r, std::int64_t index, const RunOptions& o) {
@@ -52,8 +67,9 @@ PreparedRequest prepare_one(const RunModel& s, const Request& r, std::int64_t in
       bad_input("{}: token id {} at position {} is outside the vocabulary [0, {})", r.where, p.ids[i], i, cfg.vocab_size);
   p.settings = o.defaults.overridden_by(r.settings);
   p.seed = p.settings.seed.value_or(o.seed + static_cast<std::uint64_t>(index));
-  const auto T = static_cast<std::int64_t>(p.ids.size());
-  if (o.kind == RunKind::Forward) {
+  if (o.kind == RunKind::Score) p.completion = completion(s, r);
+  const auto T = static_cast<std::int64_t>(p.ids.size() + p.completion.size());
+  if (o.kind == RunKind::Forward || o.kind == RunKind::Score || (o.kind == RunKind::Lens && !o.lens.diffusion)) {
     if (T > cfg.max_position_embeddings)
       bad_input("{}: {} tokens exceed max_position_embeddings {}", r.where, T, cfg.max_position_embeddings);
     return p;

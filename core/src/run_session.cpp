@@ -34,6 +34,7 @@ class SessionModel final : public RunModel {
   std::string backend_name() const override { return s_.backend_name(); }
   std::string compute() const override { return s_.compute(); }
   std::filesystem::path model_dir() const override { return s_.model_dir(); }
+  Session* session() override { return &s_; }
   DecodeForward& decoder() override {
     if (!decoder_) decoder_.emplace(s_);
     return *decoder_;

@@ -5,6 +5,7 @@
 #include <sonde/error.h>
 
 #include <filesystem>
+#include <fstream>
 
 namespace sonde::hdf5 {
 
@@ -17,6 +18,15 @@ h5::Handle open_readable(const std::string& file) {
 }
 
 }  // namespace
+
+// .h5 / .hdf5, or the HDF5 signature at the start of the file (HDF5 file format spec, superblock).
+bool Hdf5Sink::reads(const std::string& file) const {
+  const auto ext = std::filesystem::path(file).extension();
+  if (ext == ".h5" || ext == ".hdf5") return true;
+  std::ifstream in(file, std::ios::binary);
+  char sig[8] = {};
+  return in.read(sig, 8) && std::string(sig, 8) == std::string("\x89HDF\r\n\x1a\n", 8);
+}
 
 bool Hdf5Sink::has(const std::string& file, const std::string& dataset) const {
   const h5::Handle f = open_readable(file);

@@ -51,6 +51,7 @@ class Hdf5Sink final : public Sink, public ArrayReader {
   Tensor read(const std::string& file, const std::string& dataset) const override;
   bool has(const std::string& file, const std::string& dataset) const override;
   std::optional<std::string> root_attr(const std::string& file, const std::string& name) const override;
+  bool reads(const std::string& file) const override;
 
  private:
   struct Act {

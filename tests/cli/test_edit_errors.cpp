@@ -73,6 +73,17 @@ TEST_F(EditErrors, AnUnknownHookSuggestsTheClosestNames) {
   EXPECT_FALSE(fs::exists(out()));
 }
 
+// Core finds a file's array reader by what the reader reads (array_reader_for), not by a plugin's
+// name: a .txt vector source is read by no plugin and said so; an .h5 one by the hdf5 sink.
+TEST_F(EditErrors, AVectorFileNoPluginReadsIsNamed) {
+  std::ofstream(dir_ / "v.txt") << "1 2 3\n";
+  EXPECT_TRUE(one_line_error(forward({"--steer", "blocks.0.hook_resid_post=" + (dir_ / "v.txt").string() + ":/v*2"}), "forward",
+                             {"v.txt", "no plugin reads this file", "hdf5"}, {}));
+  EXPECT_TRUE(one_line_error(forward({"--steer", "blocks.0.hook_resid_post=" + (dir_ / "none.h5").string() + ":/v*2"}), "forward",
+                             {"none.h5", "no such file"}, {}));
+  EXPECT_FALSE(fs::exists(out()));
+}
+
 TEST_F(EditErrors, AVectorOfTheWrongLengthOrDtype) {
   EXPECT_TRUE(one_line_error(forward({"--steer", "blocks.0.hook_resid_post=" + (dir_ / "short.npy").string()}), "forward",
                              {"short.npy", "blocks.0.hook_resid_post"}, {"values"}));

@@ -7,7 +7,12 @@
   apps/ at most once;
 - no plugin compiles another plugin's sources: a CMakeLists.txt under backends/, hooks/ or plugins/
   names no source of a sibling folder (shared code is a library: plugins/common, hooks/h5util);
-- capture policy stays out of the model plugins: none includes <sonde/capture.h>.
+- capture policy stays out of the model plugins: none includes <sonde/capture.h>;
+- core asks for no sink plugin by a literal name (`.sink("hdf5")`): it finds an array reader by what
+  the reader reads (array_reader_for), the sinks a run opens by the names the run is given;
+- score and lens are run kinds of core's run layer: cmd_score.cpp and cmd_lens.cpp open no sink,
+  build no metadata and write no file themselves (no sink registry, RunMetadata, SinkOptions,
+  write_array, run_config or file stream).
 
 usage: check_structure.py SOURCE_DIR   (exit 1 listing each breach)
 """
@@ -83,6 +88,21 @@ def main() -> int:
     for src in sorted((root / "plugins").rglob("*")):
         if src.suffix in (".cpp", ".h") and "<sonde/capture.h>" in src.read_text(encoding="utf-8"):
             breaches.append(f"{src.relative_to(root)}: a model plugin includes <sonde/capture.h>")
+
+    by_name = re.compile(r"\.sink\(\s*\"")  # (the reference backend is the executor's fallback by design)
+    for path in sorted((root / "core" / "src").rglob("*.cpp")):
+        for i, l in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if by_name.search(l.split("//", 1)[0]):
+                breaches.append(f"{path.relative_to(root)}:{i}: core asks for a sink plugin by a literal name")
+
+    own_outputs = re.compile(r"PluginRegistry|RunMetadata|SinkOptions|<sonde/sink\.h>|<sonde/registry\.h>|write_array|"
+                             r"output_metadata|run_config|ofstream|->open\(|sha256")
+    for name in ("cmd_score.cpp", "cmd_lens.cpp"):
+        src = root / "apps" / "sonde" / name
+        for i, l in enumerate(src.read_text(encoding="utf-8").splitlines(), 1):
+            m = own_outputs.search(l.split("//", 1)[0])
+            if m:
+                breaches.append(f"apps/sonde/{name}:{i}: opens a sink or builds metadata itself ({m.group(0)}): the run layer does")
 
     for b in breaches:
         print(b)

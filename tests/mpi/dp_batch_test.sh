@@ -7,6 +7,9 @@
 #   errors         bad input across ranks: one line, non-zero exit of the whole job, no hang
 #   features ARCH N  with an SAE: sparse activations (--sae-sparse) and the feature dashboard
 #                  (--feature-stats) of mpiexec -n N equal one process's (compare_features.py)
+#   edges          issue 29's rough edges: mpiexec without --backend sharded (one line, no run),
+#                  an empty --acts folder made beforehand (taken), a one-process --resume of the
+#                  data-parallel run's outputs (one line saying so)
 #   rerun          --overwrite of a larger job's outputs by a smaller one, down to a copy with no
 #                  prompt: the old run's counts neither show nor break the new one
 set -euo pipefail
@@ -90,6 +93,10 @@ kill)
     --output dp.jsonl "${gen[@]}" --hooks 'blocks.*.hook_resid_post' --acts acts --resume > resume.log 2>&1 \
     || { cat resume.log; fail "resume exited $?"; }
   grep -q "resuming after" resume.log || { cat resume.log; fail "the resume did not continue a committed run"; }
+  # One count of what earlier runs committed, the whole job's, in the note and the summary alike.
+  [ "$(grep -c "resuming after" resume.log)" = 1 ] || { cat resume.log; fail "more than one resume note"; }
+  n=$(sed -n 's/.*resuming after \([0-9]*\) committed prompts.*/\1/p' resume.log)
+  grep -q "done: $((400 - n)) prompts ($n before this run)" resume.log || { cat resume.log; fail "the summary counts other than the note's $n"; }
   cmp one.jsonl dp.jsonl || fail "resumed results differ from one process"
   /usr/bin/python3 "$check" one.h5 acts/run.h5 || fail "resumed run.h5 differs from one process's file"
   ;;
@@ -104,7 +111,7 @@ errors)
     [ $st -ne 124 ] || fail "$name: still running after 60 s"
     grep -q -- "$pattern" "$name.log" || { cat "$name.log"; fail "$name: no '$pattern'"; }
   }
-  expect_error tp "3 ranks per model copy do not divide the job's 2 ranks" \
+  expect_error tp "^sonde batch: error: .*3 ranks per model copy do not divide the job's 2 ranks" \
     mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --output a.jsonl --tensor-parallel 3
   touch file.h5
   expect_error acts_file "file.h5 is a file, but a data-parallel run (2 model copies)" \
@@ -130,6 +137,33 @@ rerun)
   grep -q "progress: .* 1/1 prompts" one.log || { cat one.log; fail "no progress line of 1/1"; }
   if grep "progress:" one.log | grep -v " 1/1 prompts" | grep -q .; then cat one.log; fail "a progress line counts another run"; fi
   grep -q "done: 1 prompts (0 before this run)" one.log || { cat one.log; fail "the summary counts another run"; }
+  ;;
+edges)
+  "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
+  dataset 6
+  base=(batch --model m --input in.jsonl --max-new-tokens 2 --threads 1)
+  st=0
+  timeout 60 mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --output u.jsonl > unsharded.log 2>&1 || st=$?
+  [ $st -ne 0 ] || { cat unsharded.log; fail "unsharded: exit 0"; }
+  [ "$(grep -c 'sonde batch: error:' unsharded.log)" = 1 ] || { cat unsharded.log; fail "unsharded: not one error line"; }
+  grep -q "sonde batch: error: --backend: started by mpiexec as 2 processes.*add --backend sharded" unsharded.log \
+    || { cat unsharded.log; fail "unsharded: the line does not say to add --backend sharded"; }
+  [ ! -e u.jsonl ] || fail "unsharded: a results file was written"
+  mkdir acts
+  timeout 120 mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --backend sharded --output dp.jsonl \
+    --hooks blocks.0.hook_resid_post --acts acts > empty_dir.log 2>&1 || { cat empty_dir.log; fail "an empty --acts folder was refused"; }
+  [ -e acts/run.h5 ] || { ls acts; fail "no acts/run.h5"; }
+  st=0  # refused before the job forms, on every rank: one line
+  timeout 60 mpiexec -n 2 --bind-to none "$@" "$sonde" "${base[@]}" --backend sharded --output dp.jsonl > exists.log 2>&1 || st=$?
+  [ $st -ne 0 ] || fail "existing output: exit 0"
+  [ "$(grep -c 'sonde batch: error:' exists.log)" = 1 ] || { cat exists.log; fail "existing output: not one error line"; }
+  grep -q "sonde batch: error: --output: dp.jsonl exists" exists.log || { cat exists.log; fail "existing output: no line naming it"; }
+  st=0
+  timeout 60 "$sonde" "${base[@]}" --output dp.jsonl --hooks blocks.0.hook_resid_post --acts acts --resume > one.log 2>&1 || st=$?
+  [ $st -eq 2 ] || { cat one.log; fail "one-process resume: exit $st, not 2"; }
+  [ "$(wc -l < one.log)" = 1 ] || { cat one.log; fail "one-process resume: not one line"; }
+  grep -q "sonde batch: error: --acts: acts is the directory of a data-parallel run.*resume it under mpiexec" one.log \
+    || { cat one.log; fail "one-process resume: the line does not say what the folder is"; }
   ;;
 *) fail "unknown case $case" ;;
 esac

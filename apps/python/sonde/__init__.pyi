@@ -102,6 +102,11 @@ class Model:
     def run_with_cache(self, inputs: Union[Prompt, Sequence[Prompt]], hooks: Optional[str] = ...,
                        positions: Union[str, Sequence[int]] = ...,
                        storage: str = ..., sae_sparse: Optional[str] = ...) -> Tuple[Union[npt.NDArray[np.float32], List[npt.NDArray[np.float32]]], Cache]: ...
+    def score(self, pairs: Optional[Union[Dict[str, Any], Sequence[Dict[str, Any]]]] = ..., *, input: Optional[str] = ...,
+              output: Optional[str] = ..., hooks: Optional[str] = ..., out: Optional[str] = ..., samples: int = ...,
+              coupled: bool = ..., seed: int = ..., record_masks: bool = ..., overwrite: bool = ...) -> List[Dict[str, Any]]: ...
+    def lens(self, prompt: Prompt, top_k: int = ..., out: Optional[str] = ..., overwrite: bool = ..., diffusion: bool = ...,
+             max_new_tokens: Optional[int] = ..., steps: Optional[int] = ..., alg: Optional[str] = ...) -> Dict[str, Any]: ...
     def generate(self, prompts: Union[Prompt, Sequence[Prompt]], max_new_tokens: Optional[int] = ...,
                  temperature: Optional[float] = ..., top_p: Optional[float] = ..., top_k: Optional[int] = ...,
                  repetition_penalty: Optional[float] = ..., stop: Optional[Union[str, Sequence[str]]] = ...,

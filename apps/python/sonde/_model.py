@@ -292,6 +292,65 @@ class Model:
                                             history, settings, sae_sparse)
         return Generation(self._run(reqs, options))
 
+    def score(self, pairs=None, *, input=None, output=None, hooks=None, out=None, samples=32, coupled=False, seed=0,
+              record_masks=False, overwrite=False):
+        """Scores completions given prompts, as `sonde score` does (the same run kind of core's run
+        layer); returns one dict per pair, the lines `sonde score --output` writes: id,
+        prompt_tokens, completion_tokens and, autoregressive, token_logprobs, logprob,
+        mean_logprob, perplexity; diffusion, the Monte Carlo logprob with its stderr (samples,
+        coupled, seed: pair i uses seed + i; record_masks adds each sample's masks).
+
+        pairs: dicts {"id"?, "prompt" | "messages" | "ids", "completion" | "completion_ids"}, or
+        input: a JSONL file of them (the CLI's --input). output: also write the lines there (JSONL).
+        hooks with out: the activations over prompt + completion into the HDF5 file `out`
+        (autoregressive), as the CLI's --hooks/--out. overwrite replaces output and out.
+        """
+        if (pairs is None) == (input is None):
+            raise _sonde.BadInput("score: give exactly one of pairs and input")
+        if bool(hooks) != bool(out):
+            raise _sonde.BadInput("score: hooks and out go together: give both or neither")
+        reqs = []
+        if pairs is not None:
+            if isinstance(pairs, dict):
+                pairs = [pairs]
+            for i, p in enumerate(pairs):
+                r = _request(p)
+                r.setdefault("id", str(i))
+                reqs.append(r)
+            if not reqs:
+                raise _sonde.BadInput("score: pairs is an empty list")
+        options = {"kind": "score", "command": "score", "seed": int(seed), "overwrite": bool(overwrite),
+                   "score": {"samples": int(samples), "coupled": bool(coupled), "record_masks": bool(record_masks)},
+                   "capture": {"hooks": hooks or ""},
+                   "sinks": [{"name": "hdf5", "path": str(out), "overwrite": bool(overwrite)}] if out else []}
+        if output is not None:
+            options["results_path"] = str(output)
+        if input is not None:
+            options["dataset"] = str(input)
+        self._engine.check_outputs(json.dumps(options))
+        return [json.loads(line) for line in self._run(reqs, options)["scores"]]
+
+    def lens(self, prompt, top_k=5, out=None, overwrite=False, diffusion=False, max_new_tokens=None, steps=None,
+             alg=None):
+        """The logit lens of one prompt, as `sonde lens` computes it; returns a dict of arrays:
+        top_ids, top_probs [layers, T, top_k], next_rank, next_prob [layers, T] (rank -1 at the last
+        position), logits and last_layer_logits [T, vocab]. out: also the HDF5 file `sonde lens
+        --out` writes. diffusion (a diffusion model): a generation from the prompt with the lens at
+        every denoising step: {"steps", "sequence", "per_step": [the dict above, without logits]}.
+        """
+        reqs, many = _requests(prompt)
+        if many:
+            raise _sonde.BadInput("lens: give one prompt (text or token ids), not a list")
+        settings = {k: v for k, v in dict(max_new_tokens=max_new_tokens, steps=steps, alg=alg).items() if v is not None}
+        if settings and not diffusion:
+            raise _sonde.BadInput("lens: max_new_tokens, steps and alg need diffusion=True")
+        reqs[0].update(settings)
+        options = {"kind": "lens", "command": "lens", "overwrite": bool(overwrite),
+                   "lens": {"top_k": int(top_k), "diffusion": bool(diffusion)},
+                   "sinks": [{"name": "hdf5", "path": str(out), "overwrite": bool(overwrite)}] if out else []}
+        self._engine.check_outputs(json.dumps(options))
+        return self._run(reqs, options)["lens"]
+
     def engine(self, slots=8, max_waiting=256, max_context=2048, prefill_chunk=256):
         """Configures the step-level engine that runs submitted requests (docs/python.md): `slots`
         sequences at once, at most `max_waiting` queued behind them (submit refuses more), each of

@@ -109,6 +109,29 @@ pb::list step_table(const std::vector<StepRecord>& steps) {
   return out;
 }
 
+// A lens's cells as arrays: top_ids, top_probs [L, T, K], next_rank, next_prob [L, T] (the file's
+// /lens/* of sonde lens --out), and its logits [T, V] when it has them.
+pb::dict lens_dict(LensResult& r) {
+  const pb::ssize_t L = r.layers, T = r.tokens, K = r.top_k;
+  std::vector<std::int32_t> ids;
+  std::vector<float> probs, next_prob;
+  std::vector<std::int64_t> next_rank;
+  for (const auto& c : r.cells) {
+    ids.insert(ids.end(), c.top_ids.begin(), c.top_ids.end());
+    probs.insert(probs.end(), c.top_probs.begin(), c.top_probs.end());
+    next_rank.push_back(c.next_rank);
+    next_prob.push_back(c.next_prob);
+  }
+  pb::dict d("top_ids"_a = owned_array(std::move(ids), {L, T, K}), "top_probs"_a = owned_array(std::move(probs), {L, T, K}),
+             "next_rank"_a = owned_array(std::move(next_rank), {L, T}), "next_prob"_a = owned_array(std::move(next_prob), {L, T}));
+  if (!r.logits.empty()) {
+    const auto V = r.logits.shape()[r.logits.shape().rank - 1];
+    d["logits"] = owned_array(std::move(r.logits), {T, V});
+    d["last_layer_logits"] = owned_array(std::move(r.last_logits), {T, V});
+  }
+  return d;
+}
+
 pb::dict outcome_dict(Outcome& o) {
   RunResult& r = o.result;
   pb::list results;
@@ -131,6 +154,16 @@ pb::dict outcome_dict(Outcome& o) {
                "skipped"_a = r.skipped, "committed_before"_a = r.committed_before,
                "totals"_a = pb::dict("prompts"_a = r.totals.prompts, "prompt_tokens"_a = r.totals.prompt_tokens,
                                      "completion_tokens"_a = r.totals.completion_tokens, "rows"_a = r.totals.rows));
+  pb::list scores;  // each a JSON line, as the results file holds it
+  for (const auto& j : r.scores) scores.append(pb::str(j.dump()));
+  out["scores"] = scores;
+  if (r.lens) out["lens"] = lens_dict(*r.lens);
+  if (r.lens_steps) {
+    pb::list per_step;
+    for (auto& l : r.lens_steps->per_step) per_step.append(lens_dict(l));
+    out["lens"] = pb::dict("steps"_a = r.lens_steps->steps, "sequence"_a = int_array(r.lens_steps->sequence),
+                           "per_step"_a = per_step);
+  }
   if (o.memory) {
     out["cache"] = hook_arrays(*o.memory);
     out["rows"] = row_table(o.memory->rows());
@@ -300,7 +333,9 @@ std::unique_ptr<PyJob> start(std::shared_ptr<Loaded> engine, const std::string& 
     if (spec->progress)
       o.on_progress = [&job](const RunProgress& p) { job.push(Event{Event::Kind::Progress, 0, 0, 0, {}, p}); };
     std::vector<Request> requests = std::move(spec->requests);
-    if (!spec->dataset.empty()) requests = read_dataset(spec->dataset, spec->skip_bad).requests;
+    if (!spec->dataset.empty())
+      requests = o.kind == RunKind::Score ? read_score_dataset(spec->dataset).requests
+                                          : read_dataset(spec->dataset, spec->skip_bad).requests;
     std::lock_guard lock(engine->mu);
     // The Session's edits are this run's now; the engine's (each tagged with its request, which
     // a run's rows would all take) are set again before its next forward (loaded.h).
@@ -470,7 +505,8 @@ PYBIND11_MODULE(_sonde, m) {
              } catch (const Error& e) {
                const std::string& s = e.setting();
                if (s.empty()) throw;
-               throw Error(e.kind(), fmt::format("{}: {}", s == "hdf5" ? "acts" : s, e.detail()));
+               const bool out = c.options.kind == RunKind::Score || c.options.kind == RunKind::Lens;  // their keyword: out
+               throw Error(e.kind(), fmt::format("{}: {}", s == "hdf5" ? (out ? "out" : "acts") : s, e.detail()));
              }
            })
       .def("submit",

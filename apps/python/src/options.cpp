@@ -4,7 +4,8 @@
 
 #include <sonde/edit_spec.h>
 #include <sonde/error.h>
-#include <sonde/hooks.h>
+#include <sonde/did_you_mean.h>
+#include <sonde/run_schema.h>
 
 namespace sonde::py {
 namespace {
@@ -22,6 +23,10 @@ Request parse_request(const json& j, std::size_t index) {
     } else if (key == "ids") {
       r.ids = value.get<std::vector<std::int32_t>>();
       if (r.ids.empty()) bad_input("{}: ids is empty", r.where);
+    } else if (key == "completion") {
+      r.completion = value.get<std::string>();
+    } else if (key == "completion_ids") {
+      r.completion_ids = value.get<std::vector<std::int32_t>>();
     } else if (key == "messages") {
       for (const auto& m : value) r.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
     } else {
@@ -32,15 +37,13 @@ Request parse_request(const json& j, std::size_t index) {
   return r;
 }
 
-// The option keys this layer reads: any other is refused, with the closest names, instead of being
-// dropped without a word (a misspelt option would otherwise change nothing and say nothing).
+// The keys of a nested option (capture, score, lens): any other is refused, with the closest names,
+// instead of being dropped without a word (a misspelt option would otherwise change nothing).
 void check_keys(const json& o, const std::vector<std::string>& known, const char* what) {
   if (!o.is_object()) bad_input("{}: expected a JSON object, got {}", what, o.dump());
   for (const auto& [key, value] : o.items()) {
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    std::string hint;
-    for (const auto& c : closest_names(key, known, 2)) hint += (hint.empty() ? "" : ", ") + c;
-    bad_input("{}: unknown option \"{}\"; did you mean: {}", what, key, hint);
+    bad_input("{}: unknown option \"{}\"{}", what, key, did_you_mean(key, known, 2));
   }
 }
 
@@ -65,13 +68,21 @@ CallSpec parse_call(const std::string& requests_json, const std::string& options
     const json reqs = json::parse(requests_json);
     for (std::size_t i = 0; i < reqs.size(); ++i) c.requests.push_back(parse_request(reqs[i], i));
     const json o = json::parse(options_json);
-    check_keys(o,
-               {"kind", "command", "defaults", "seed", "batch_size", "use_kv_cache", "capture", "sinks", "results_path",
-                "resume", "overwrite", "durable", "record_history", "keep_results", "checkpoint_every", "checkpoint_seconds",
-                "skip_bad", "dataset", "memory", "stream", "progress", "stop_mid_batch", "edits"},
-               "options");
+    // The run layer's table (run_schema.h) for the run's kind, plus this layer's own keys.
+    const RunKind kind = run_kind_from_name(o.is_object() ? o.value("kind", "generate") : "generate");
+    check_run_options(o, kind, {"memory", "stream", "progress", "stop_mid_batch"}, "options");
     RunOptions& r = c.options;
-    r.kind = o.value("kind", "generate") == "forward" ? RunKind::Forward : RunKind::Generate;
+    r.kind = kind;
+    if (o.contains("score")) {
+      const json& sc = o["score"];
+      check_keys(sc, {"samples", "coupled", "record_masks"}, "score");
+      r.score = ScoreSettings{sc.value("samples", std::int64_t{32}), sc.value("coupled", false), sc.value("record_masks", false)};
+    }
+    if (o.contains("lens")) {
+      const json& le = o["lens"];
+      check_keys(le, {"top_k", "diffusion"}, "lens");
+      r.lens = LensSettings{le.value("top_k", std::int64_t{5}), le.value("diffusion", false)};
+    }
     r.command = o.value("command", "python");
     r.defaults = GenerationSettings::from_json(o.value("defaults", json::object()));
     r.defaults.check();

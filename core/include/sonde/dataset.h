@@ -21,4 +21,9 @@ struct Dataset {
 // no request is BadInput.
 Dataset read_dataset(const std::filesystem::path& file, bool skip_bad);
 
+// A scoring dataset (sonde score, RunKind::Score): each line an optional `id` (else its index),
+// one of prompt/messages/ids and one of `completion` (text) or `completion_ids`; no other key.
+// BadInput naming the file, line and key.
+Dataset read_score_dataset(const std::filesystem::path& file);
+
 }  // namespace sonde

@@ -1,6 +1,7 @@
 #pragma once
 // Hook names and selection. Canonical names follow TransformerLens (design §4); aliases from
 // Hugging Face module paths, hidden_states indices and llama.cpp tags map onto them.
+#include <sonde/did_you_mean.h>
 #include <sonde/model.h>
 
 #include <optional>
@@ -28,8 +29,5 @@ class HookSelector {
   std::vector<std::string> terms_;
 };
 
-// Closest names by edit distance, for "did you mean" messages.
-std::vector<std::string> closest_names(std::string_view name, const std::vector<std::string>& candidates,
-                                       std::size_t max_results = 3);
 
 }  // namespace sonde

@@ -65,6 +65,9 @@ struct Request {
   std::vector<ChatMessage> messages;   // or a chat, rendered with the model's template
   std::vector<std::int32_t> ids;       // or token ids
   GenerationSettings settings;
+  // A scored completion (RunKind::Score): text, encoded as it is, or token ids.
+  std::optional<std::string> completion;
+  std::vector<std::int32_t> completion_ids;
 };
 
 // The settings resolved for a model (family defaults from its info, generation_config.json).

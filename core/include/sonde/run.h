@@ -8,6 +8,7 @@
 #include <sonde/capture.h>
 #include <sonde/edit_spec.h>
 #include <sonde/engine.h>
+#include <sonde/lens.h>
 #include <sonde/process_group.h>
 #include <sonde/request.h>
 #include <sonde/session.h>
@@ -73,6 +74,9 @@ class RunModel {
   virtual EngineModel* engine_model() { return nullptr; }
   // SAEs attached to the model (sae.h): recorded in run_config_json (key saes).
   virtual std::vector<AttachedSae> saes() const { return {}; }
+  // The loaded session behind the model, for the run kinds that drive it directly (Score, Lens);
+  // null for a fake (those kinds then refuse to run).
+  virtual Session* session() { return nullptr; }
 };
 
 // The capture spec of `settings` for a model: hooks resolved (closest names suggested for
@@ -92,6 +96,22 @@ struct SinkSpec {
 enum class RunKind {
   Forward,   // one forward pass over one request's tokens: logits, every position's hooks
   Generate,  // the model's decoding (ModelInfo::decoding), in micro-batches
+  Score,     // each request's completion scored given its prompt (score.h); results_path: one line each
+  Lens,      // the logit lens of one request (lens.h), into the sinks as /lens/* arrays
+};
+
+// RunKind::Score: the diffusion estimator's settings (score.h); line i's masks use RunOptions::seed + i.
+struct ScoreSettings {
+  std::int64_t samples = 32;
+  bool coupled = false;
+  bool record_masks = false;  // each sample's t, weight, masked indices and loss in its line
+};
+
+// RunKind::Lens: tokens kept per layer and position; `diffusion`: a masked-diffusion generation of
+// the request with the lens at every denoising step (its settings: the request's over defaults).
+struct LensSettings {
+  std::int64_t top_k = 5;
+  bool diffusion = false;
 };
 
 struct RunTotals {
@@ -128,6 +148,8 @@ struct RunOptions {
   bool resume_complete = false;      // resume: outputs already complete are kept, not refused
   std::int64_t checkpoint_every = 64;
   double checkpoint_seconds = 60;
+  ScoreSettings score;               // RunKind::Score
+  LensSettings lens;                 // RunKind::Lens
   bool record_history = false;       // diffusion: every step's canvas into RequestResult::history
   bool keep_results = true;          // false: RunResult::results stays empty (a dataset's results
                                      // go to the results file; memory stays flat)
@@ -171,6 +193,9 @@ struct RunResult {
   std::vector<std::string> skipped;    // skip_bad: "line N: why"
   RunTotals totals;
   bool cancelled = false;              // stopped by `cancel`; a committed run is resumable
+  std::vector<nlohmann::json> scores;  // Score: each request's result line, as results_path holds it
+  std::optional<LensResult> lens;      // Lens
+  std::optional<DiffusionLens> lens_steps;  // Lens with LensSettings::diffusion
 };
 
 // One request made ready for the engine (engine.h) as run() would run it: tokenized (a chat
