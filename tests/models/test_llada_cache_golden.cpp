@@ -173,11 +173,12 @@ std::vector<double> row_summary(const float* row, std::int64_t V) {
   return out;
 }
 
-// The backends a Session opens in this process (sharded runs under mpiexec: its CLI cases above).
+// As Dream's cached forwards: the oracle and the default backend (every backend's tokens are
+// checked by the cases above; sharded runs under mpiexec).
 std::vector<std::string> local_backends() {
   std::vector<std::string> out;
   for (const auto& b : built_backends())
-    if (b != "sharded") out.push_back(b);
+    if (b == "reference" || b == "threaded") out.push_back(b);
   return out;
 }
 
