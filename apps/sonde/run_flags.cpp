@@ -43,9 +43,10 @@ void add_generation_options(po::options_description& desc, bool all) {
        "diffusion: origin, maskgit_plus, topk_margin, entropy (default) or confidence_threshold")
       ("diffusion-mode", po::value<std::string>(),
        "diffusion: exact (default), block (blocks filled left to right), block-cache or dual-cache (block mode over "
-       "Fast-dLLM's prefix or dual K/V cache: approximate, docs/generation.md)")
+       "Fast-dLLM's prefix or dual K/V cache: approximate, docs/generation.md; LLaDA: exact, block-cache or dual-cache "
+       "over its block_length blocks, docs/models.md)")
       ("block-size", po::value<std::int64_t>(), "diffusion block mode: slots per block (default 32; the last may be shorter)")
-      ("threshold", po::value<double>(), "alg confidence_threshold: commit every slot with p >= this, in (0, 1] (default 0.9)")
+      ("threshold", po::value<double>(), "alg confidence_threshold (LLaDA: alone): commit every slot with p >= this, in (0, 1] (Dream's default 0.9)")
       ("tokens-per-step", po::value<std::int64_t>(), "diffusion: commit this many slots per step instead of the steps schedule")
       ("refresh-every", po::value<std::int64_t>(),
        "block-cache, dual-cache: also refresh the whole K/V cache every N steps of a block (dKV-Cache-style; default: "

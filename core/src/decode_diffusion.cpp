@@ -85,8 +85,14 @@ void check_diffusion_options(const DiffusionOptions& o) {
                 "the steps evenly over the blocks)",
                 o.steps, o.max_new_tokens / L, o.max_new_tokens, L);
     if (!(o.cfg_scale >= 0) || !std::isfinite(o.cfg_scale)) bad_input("cfg_scale: {} is not a number >= 0", o.cfg_scale);
-    if (o.mode != DiffusionMode::Exact)
-      bad_input("diffusion_mode: {} is not available for LLaDA's generate (exact only)", diffusion_mode_name(o.mode));
+    if (o.mode == DiffusionMode::Block)
+      bad_input("diffusion_mode: block is Dream's; LLaDA's generate is block-wise already (block_length): use exact, "
+                "block-cache or dual-cache");
+    if (o.remasking_threshold && !(*o.remasking_threshold > 0 && *o.remasking_threshold <= 1))
+      bad_input("threshold: {} is outside (0, 1]", *o.remasking_threshold);
+    if (diffusion_mode_cached(o.mode) && o.cfg_scale > 0)
+      bad_input("cfg_scale: {} with diffusion_mode {}: Fast-dLLM's cached generation has no classifier-free guidance",
+                o.cfg_scale, diffusion_mode_name(o.mode));
     return;
   }
   if (!(o.eps > 0 && o.eps < 1)) bad_input("eps must lie in (0, 1), got {}", o.eps);

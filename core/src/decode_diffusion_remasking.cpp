@@ -13,6 +13,15 @@
 // the random remasking's [L], L the row's own canvas length. So a seeded row equals
 // torch.manual_seed(seed); generate(...) on CPU, alone or in a batch (rows are left-padded, pad
 // keys masked, positions counted from the row's first real token).
+// Fast-dLLM (Wu et al. 2025, arXiv 2505.22618; its llada/generate.py) runs the same blocks with
+// K/V caches and parallel decoding (fast_block): a block's first step is a full forward that
+// refreshes the slot cache; each later step computes slots [lo, N) (prefix cache) or [lo, hi)
+// (dual cache) over it, and only the block's masked slots are candidates. With a threshold every
+// candidate whose confidence reaches it commits (the most confident always) and a block ends when
+// it has no mask left. The published cached loops do the forward before the "block full" check,
+// so each block has at least one cached step even when its first step filled it; that step
+// commits nothing, and sonde skips its forward but consumes its draws, as it does the prefix
+// loop's second add_gumbel_noise, whose result the published code never uses.
 #include <sonde/error.h>
 
 #include "decode_diffusion_internal.h"
@@ -79,36 +88,128 @@ struct RemaskLoop {
     return std::exp(static_cast<double>(l[token]) - m) / sum;
   }
 
-  // One row's step: tokens and confidences of its masked slots before `end`, then the k most
-  // confident (ties to the lower slot) commit. Returns the committed slots.
-  std::vector<std::int64_t> row_step(std::int64_t r, std::int64_t end, std::int64_t k, const float* logits,
+  // One row's step over a forward of `width` slots from `first`: a token and a confidence for each
+  // candidate (a masked slot in [from, end)), drawn as the published code draws over the
+  // forward's slots of this row; then the commits: the k most confident (ties to the lower slot),
+  // or with a threshold (k < 0) every candidate ranked after the first whose confidence reaches
+  // it, the first always. Returns the committed slots. logits may be null without candidates.
+  std::vector<std::int64_t> row_step(std::int64_t r, std::int64_t from, std::int64_t end, std::int64_t k,
+                                     const float* logits, std::int64_t first, std::int64_t width,
                                      std::vector<double>& conf) {
-    const std::int64_t pad = c.pad[static_cast<std::size_t>(r)];
+    const std::int64_t begin = std::max(c.pad[static_cast<std::size_t>(r)], first), stop = first + width;
     TorchCpuRandom& g = rng[static_cast<std::size_t>(r)];
     const auto at = [&](std::int64_t j) { return static_cast<std::size_t>(r * c.N + j); };
-    const auto candidate = [&](std::int64_t j) { return j < end && c.x[at(j)] == o.mask_id; };
+    const auto candidate = [&](std::int64_t j) { return j >= from && j < end && c.x[at(j)] == o.mask_id; };
+    const auto row = [&](std::int64_t j) { return logits + (r * width + j - first) * V; };
     std::vector<std::int32_t> x0(static_cast<std::size_t>(c.N), 0);
-    for (std::int64_t j = pad; j < c.N; ++j) {  // the row's own slots, in order: its draws
-      const float* l = logits + (r * c.N + j) * V;
+    for (std::int64_t j = begin; j < stop; ++j) {  // the row's own slots, in order: its draws
       if (o.sampling.temperature > 0) {
-        if (candidate(j)) x0[static_cast<std::size_t>(j)] = gumbel_argmax(l, g);
+        if (candidate(j)) x0[static_cast<std::size_t>(j)] = gumbel_argmax(row(j), g);
         else g.skip_f64(static_cast<std::uint64_t>(V));
       } else if (candidate(j)) {
-        x0[static_cast<std::size_t>(j)] = argmax_first({l, static_cast<std::size_t>(V)});
+        x0[static_cast<std::size_t>(j)] = argmax_first({row(j), static_cast<std::size_t>(V)});
       }
     }
     std::vector<std::int64_t> cands;
-    for (std::int64_t j = pad; j < c.N; ++j) {
+    for (std::int64_t j = begin; j < stop; ++j) {
       const double u = o.remasking == Remasking::Random ? static_cast<double>(g.rand_f32()) : 0.0;
       if (!candidate(j)) continue;
-      const float* l = logits + (r * c.N + j) * V;
-      conf[at(j)] = o.remasking == Remasking::Random ? u : prob_of(l, V, x0[static_cast<std::size_t>(j)]);
+      conf[at(j)] = o.remasking == Remasking::Random ? u : prob_of(row(j), V, x0[static_cast<std::size_t>(j)]);
       cands.push_back(j);
     }
     std::stable_sort(cands.begin(), cands.end(), [&](std::int64_t a, std::int64_t b) { return conf[at(a)] > conf[at(b)]; });
-    cands.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, static_cast<std::int64_t>(cands.size()))));
+    if (k >= 0) {
+      cands.resize(static_cast<std::size_t>(std::min<std::int64_t>(k, static_cast<std::int64_t>(cands.size()))));
+    } else if (!cands.empty()) {  // get_transfer_index with a threshold
+      const double thr = *o.remasking_threshold;
+      cands.erase(std::remove_if(cands.begin() + 1, cands.end(), [&](std::int64_t j) { return conf[at(j)] < thr; }),
+                  cands.end());
+    }
     for (auto j : cands) c.x[at(j)] = x0[static_cast<std::size_t>(j)];
     return cands;
+  }
+
+  std::int64_t block_masks(std::int64_t r, std::int64_t lo, std::int64_t end) const {
+    std::int64_t n = 0;
+    for (std::int64_t j = lo; j < end; ++j) n += c.x[static_cast<std::size_t>(r * c.N + j)] == o.mask_id;
+    return n;
+  }
+
+  // A cached step's forward: slots [lo, lo + W) over the slot cache the block's first step filled.
+  Tensor range_forward(std::int64_t lo, std::int64_t W) {
+    StepInput in;
+    in.batch = c.B;
+    in.tokens = W;
+    in.key_mask = c.input.key_mask;
+    in.slots = c.N;
+    in.first_slot = lo;
+    for (std::int64_t r = 0; r < c.B; ++r) {
+      const auto row = static_cast<std::ptrdiff_t>(r * c.N);
+      in.ids.insert(in.ids.end(), c.x.begin() + row + lo, c.x.begin() + row + lo + W);
+      in.positions.insert(in.positions.end(), c.input.positions.begin() + row + lo, c.input.positions.begin() + row + lo + W);
+    }
+    return model.forward(in);
+  }
+
+  // Fast-dLLM's loops for block b (see the header): step 0 full (refreshing the cache), then cached
+  // steps until the block has no mask; without a cache (threshold only) full steps until then.
+  // Rows move in lockstep: a row whose block is full waits, drawing nothing, as it would alone.
+  void fast_block(std::int64_t b, std::int64_t per_block, std::int64_t& step, std::int64_t blocks,
+                  const DiffusionCallback& on_step) {
+    const bool cached = diffusion_mode_cached(o.mode), prefix = o.mode == DiffusionMode::BlockCache;
+    const std::int64_t L = o.block_length > 0 ? o.block_length : o.max_new_tokens;
+    const std::int64_t lo = c.T + b * L, end = lo + L, W = prefix ? c.N - lo : L;
+    std::vector<std::int64_t> masks0(static_cast<std::size_t>(c.B));
+    for (std::int64_t r = 0; r < c.B; ++r) masks0[static_cast<std::size_t>(r)] = block_masks(r, lo, end);
+    const auto any_masks = [&] {
+      for (std::int64_t r = 0; r < c.B; ++r)
+        if (block_masks(r, lo, end) > 0) return true;
+      return false;
+    };
+    Tensor cond;
+    std::vector<float> guided;
+    for (std::int64_t i = 0;; ++i) {
+      const bool full = !cached || i == 0;
+      if (!any_masks()) {
+        if (cached && i == 1)  // the published loop's step that commits nothing: its draws only
+          for (std::int64_t r = 0; r < c.B; ++r) {
+            std::vector<double> none(static_cast<std::size_t>(c.B * c.N), kNaN);
+            if (prefix && o.sampling.temperature > 0) rng[static_cast<std::size_t>(r)].skip_f64(static_cast<std::uint64_t>(W * V));
+            row_step(r, lo, end, 0, nullptr, lo, W, none);
+          }
+        return;
+      }
+      std::vector<std::int64_t> recomputed;
+      const float* logits = nullptr;
+      Tensor range;
+      if (full) {
+        c.input.fill_cache = cached;
+        logits = step_logits(cond, guided);
+        c.input.fill_cache = false;
+        for (auto p : c.pad) recomputed.push_back(c.N - p);
+      } else {
+        range = range_forward(lo, W);
+        logits = range.data<float>();
+        recomputed.assign(static_cast<std::size_t>(c.B), W);
+      }
+      std::vector<double> conf(static_cast<std::size_t>(c.B * c.N), kNaN);
+      std::vector<std::vector<std::int64_t>> transfer(static_cast<std::size_t>(c.B));
+      std::int64_t k = 0;
+      for (std::int64_t r = 0; r < c.B; ++r) {
+        const auto masks = masks0[static_cast<std::size_t>(r)];
+        if (!(block_masks(r, lo, end) > 0 || (cached && i == 1))) continue;  // waits
+        const std::int64_t kr = o.remasking_threshold ? -1 : i < per_block ? transfer_count(masks, per_block, i) : 0;
+        if (!full && prefix && o.sampling.temperature > 0) rng[static_cast<std::size_t>(r)].skip_f64(static_cast<std::uint64_t>(W * V));
+        auto& tr = transfer[static_cast<std::size_t>(r)];
+        tr = full ? row_step(r, 0, end, kr, logits, 0, c.N, conf) : row_step(r, lo, end, kr, logits, lo, W, conf);
+        k = std::max(k, static_cast<std::int64_t>(tr.size()));
+      }
+      const bool last = b == blocks - 1 && !any_masks();
+      if (on_step)
+        on_step(DiffusionStep{step, k, kNoTimeRemask, kNoTimeRemask, c.B, c.N, c.x, conf, transfer,
+                              std::vector<std::int64_t>(static_cast<std::size_t>(c.B), b), recomputed, last});
+      ++step;
+    }
   }
 
   // get_num_transfer_tokens: n masks over s steps, base n / s, the first n % s steps one more.
@@ -119,6 +220,11 @@ struct RemaskLoop {
   void run(const DiffusionCallback& on_step) {
     const std::int64_t G = o.max_new_tokens, L = o.block_length > 0 ? o.block_length : G;
     const std::int64_t blocks = G / L, per_block = o.steps / blocks;
+    if (diffusion_mode_cached(o.mode) || o.remasking_threshold) {
+      std::int64_t step = 0;
+      for (std::int64_t b = 0; b < blocks; ++b) fast_block(b, per_block, step, blocks, on_step);
+      return;
+    }
     std::vector<std::int64_t> recomputed;
     for (auto p : c.pad) recomputed.push_back(c.N - p);  // no cache: every real slot
     Tensor cond;
@@ -136,7 +242,7 @@ struct RemaskLoop {
         std::int64_t k = 0;
         for (std::int64_t r = 0; r < c.B; ++r) {
           const auto kr = transfer_count(masks[static_cast<std::size_t>(r)], per_block, i);
-          transfer[static_cast<std::size_t>(r)] = row_step(r, end, kr, logits, conf);
+          transfer[static_cast<std::size_t>(r)] = row_step(r, 0, end, kr, logits, 0, c.N, conf);
           k = std::max(k, kr);
         }
         const bool last = b == blocks - 1 && i == per_block - 1;
@@ -152,6 +258,9 @@ struct RemaskLoop {
 
 DiffusionResult remasking_generate(DecodeForward& model, const std::vector<std::vector<std::int32_t>>& prompts,
                                    const DiffusionOptions& o, const DiffusionCallback& on_step) {
+  if (diffusion_mode_cached(o.mode) && !model.has_slot_cache())
+    bad_input("diffusion_mode: {} needs a model whose forward keeps a K/V cache of bidirectional slots; this one has none",
+              diffusion_mode_name(o.mode));
   RemaskLoop loop{model, o, make_canvas(left_pad(prompts, o.pad_id), o), model.vocab_size(), {}, {}};
   for (std::int64_t r = 0; r < loop.c.B; ++r)
     loop.rng.emplace_back(o.seeds.empty() ? 0 : o.seeds.at(static_cast<std::size_t>(r)));

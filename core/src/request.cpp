@@ -164,7 +164,9 @@ void GenerationSettings::check_diffusion_settings() const {
     bad_input("block_size: {} needs diffusion_mode block (exact mode has one block, the whole generation)", *block_size);
   if (threshold && !(std::isfinite(*threshold) && *threshold > 0 && *threshold <= 1))
     bad_input("threshold: {} is outside (0, 1]", *threshold);
-  if (threshold && a != DiffusionAlg::ConfidenceThreshold)
+  // Without an alg the model decides: LLaDA's loop takes a threshold alone (resolve_diffusion
+  // refuses it for Dream's without alg confidence_threshold).
+  if (threshold && alg && a != DiffusionAlg::ConfidenceThreshold)
     bad_input("threshold: {} needs alg confidence_threshold, not {}", *threshold, diffusion_alg_name(a));
   if (tokens_per_step && *tokens_per_step < 1) bad_input("tokens_per_step: {} is less than 1", *tokens_per_step);
   if (tokens_per_step && (a == DiffusionAlg::Origin || a == DiffusionAlg::ConfidenceThreshold))
@@ -206,14 +208,14 @@ namespace {
 void resolve_remasking(const GenerationSettings& s, DiffusionOptions& d) {
   const std::pair<const char*, bool> dream_only[] = {
       {"alg", s.alg.has_value()}, {"eps", s.eps.has_value()}, {"alg_temp", s.alg_temp.has_value()},
-      {"top_p", s.top_p.has_value()}, {"top_k", s.top_k.has_value()}, {"diffusion_mode", s.diffusion_mode.has_value()},
-      {"block_size", s.block_size.has_value()}, {"threshold", s.threshold.has_value()},
+      {"top_p", s.top_p.has_value()}, {"top_k", s.top_k.has_value()}, {"block_size", s.block_size.has_value()},
       {"tokens_per_step", s.tokens_per_step.has_value()}, {"refresh_every", s.refresh_every.has_value()}};
   for (const auto& [name, set] : dream_only)
     if (set)
       bad_input("{}: is a setting of Dream's diffusion_generate; this model generates as LLaDA's generate() (steps, "
-                "block_length, remasking, cfg_scale, temperature)",
+                "block_length, remasking, cfg_scale, temperature; Fast-dLLM's diffusion_mode and threshold)",
                 name);
+  d.remasking_threshold = s.threshold;
   d.loop = DiffusionLoop::SemiArRemasking;
   d.block_length = s.block_length.value_or(d.max_new_tokens);
   d.remasking = parse_remasking(s.remasking.value_or("low_confidence"));
@@ -236,6 +238,8 @@ DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfi
                                                        {"cfg_scale", s.cfg_scale.has_value()}};
     for (const auto& [name, set] : llada_only)
       if (set) bad_input("{}: is a setting of LLaDA's generate(); this model does not generate that way", name);
+    if (s.threshold && parse_diffusion_alg(s.alg.value_or("entropy")) != DiffusionAlg::ConfidenceThreshold)
+      bad_input("threshold: {} needs alg confidence_threshold, not {}", *s.threshold, s.alg.value_or("entropy"));
   }
   d.steps = s.steps.value_or(d.max_new_tokens);
   d.eps = s.eps.value_or(gen.eps.value_or(1e-3));

@@ -27,9 +27,11 @@ nlohmann::json decoding(const RunModel& s, const std::vector<PreparedRequest>& p
   for (const auto& p : prepared) {
     const DiffusionOptions d = resolve_diffusion(p.settings, s.config(), s.info().diffusion_loop);
     if (d.loop == DiffusionLoop::SemiArRemasking) {  // LLaDA's generate(): its own names
-      nlohmann::json e{{"loop", "llada_generate"}, {"diffusion_mode", "exact"}, {"steps", d.steps}, {"max_new_tokens", d.max_new_tokens},
-                       {"block_length", d.block_length}, {"remasking", remasking_name(d.remasking)},
-                       {"cfg_scale", d.cfg_scale}, {"temperature", d.sampling.temperature}, {"cache", "none"}};
+      nlohmann::json e{{"loop", "llada_generate"}, {"diffusion_mode", diffusion_mode_name(d.mode)}, {"steps", d.steps},
+                       {"max_new_tokens", d.max_new_tokens}, {"block_length", d.block_length},
+                       {"remasking", remasking_name(d.remasking)}, {"cfg_scale", d.cfg_scale},
+                       {"temperature", d.sampling.temperature}, {"cache", diffusion_cache_name(d.mode)}};
+      if (d.remasking_threshold) e["threshold"] = *d.remasking_threshold;
       if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
       continue;
     }

@@ -45,7 +45,12 @@ std::unique_ptr<Session> Session::open(const SessionOptions& o) {
   s->compute_ = o.compute;
   s->dir_ = resolve_model_dir(o.model);
   s->config_ = ModelConfig::load(s->dir_);
-  s->model_ = registry.model_for(s->config_.model_type);
+  try {  // an unknown variant is a fact of the checkpoint's config.json: name the file and field
+    s->model_ = registry.model_for(s->config_.model_type);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::BadInput) throw;
+    bad_input("{}: field 'model_type' is '{}': {}", (s->dir_ / "config.json").string(), s->config_.model_type, e.what());
+  }
   s->model_->configure(s->config_);
   s->weights_ = std::make_unique<WeightSource>(WeightSource::open(s->dir_));
 

@@ -5,6 +5,8 @@
 #include <sonde/error.h>
 #include <sonde/model.h>
 
+#include <nlohmann/json.hpp>
+
 namespace sonde::dream {
 
 class DreamModel final : public common::DecoderModel {
@@ -20,6 +22,7 @@ class DreamModel final : public common::DecoderModel {
     return i;
   }
   void configure(const ModelConfig& c) override {
+    check_variant(c);
     spec_ = common::DecoderSpec::from_config(c, /*causal=*/false);
     if (!c.mask_token_id) bad_input("{}: field 'mask_token_id' is missing (Dream models need it)", (c.dir / "config.json").string());
     if (*c.mask_token_id < 0 || *c.mask_token_id >= c.vocab_size)
@@ -28,6 +31,28 @@ class DreamModel final : public common::DecoderModel {
     mask_token_id_ = *c.mask_token_id;
   }
  private:
+  // Dream-family checkpoints share model_type "Dream" (Dream-v0, DiffuCoder, Dream-Coder all load
+  // as DreamModel). Variants whose generation this plugin does not run are refused by what their
+  // files say, never run as plain Dream: DreamOn's variable-length canvas (its generation expands
+  // and deletes slots through expand_token_id / delete_token_id, read from generation_config.json
+  // or config.json), and any other architecture class.
+  static void check_variant(const ModelConfig& c) {
+    const std::string file = (c.dir / "config.json").string();
+    for (const auto& a : c.architectures)
+      if (a != "DreamModel")
+        bad_input("{}: field 'architectures' has \"{}\": only DreamModel (Dream, DiffuCoder, Dream-Coder) is supported", file, a);
+    const std::pair<std::string, const std::string*> sources[] = {{file, &c.raw_json},
+                                                                  {(c.dir / "generation_config.json").string(), &c.generation.raw_json}};
+    for (const auto& [name, text] : sources) {
+      const auto j = nlohmann::json::parse(*text, nullptr, false);
+      if (!j.is_object()) continue;  // the config parser has judged the file already
+      for (const char* key : {"expand_token_id", "delete_token_id"})
+        if (const auto it = j.find(key); it != j.end() && !it->is_null())
+          bad_input("{}: field '{}' is {}: DreamOn's variable-length canvas (expanding and deleting slots) is not supported",
+                    name, key, it->dump());
+    }
+  }
+
   std::int64_t mask_token_id_ = -1;
 };
 

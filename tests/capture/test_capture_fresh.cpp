@@ -3,7 +3,8 @@
 // mode. The expectations come from the documented schemes, not from the capture code: a cached
 // step computes all real slots at a block's first step (the refresh), then slots [lo - 1, N)
 // (block-cache) or [lo - 1, hi) (dual-cache); every other slot's row is the one of the refresh,
-// value for value. Exact and block modes compute every slot at every step.
+// value for value. Exact and block modes compute every slot at every step. LLaDA's cached modes
+// (Fast-dLLM) the same, with the range starting at lo (no logit shift).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -27,6 +28,7 @@ struct Case {
   std::string name, mode;
   std::vector<std::string> extra;  // schedule flags
   std::int64_t refresh_every = 0;  // --refresh-every
+  std::string arch = "dream";      // llada: blocks by --block-length, no logit shift (range from lo)
 };
 
 struct Rows {
@@ -58,13 +60,14 @@ TEST_P(CaptureFresh, ReusedRowsAreMarkedAndHoldTheValuesOfTheStepThatComputedThe
       in << nlohmann::json{{"id", std::to_string(i)}, {"ids", std::vector<int>(static_cast<std::size_t>(lengths[i]), 7 + static_cast<int>(i))}}.dump()
          << "\n";
   }
-  std::vector<std::string> args{"batch", "--model", made_model("dream", "tiny", 31).string(), "--input",
+  std::vector<std::string> args{"batch", "--model", made_model(c.arch, "tiny", 31).string(), "--input",
                                 (dir / "in.jsonl").string(), "--output", (dir / "out.jsonl").string(), "--acts",
                                 (dir / "out.h5").string(), "--hooks", "blocks.*.hook_resid_post", "--max-new-tokens",
                                 std::to_string(kNew), "--diffusion-mode", c.mode, "--diffusion-capture", "all",
                                 "--batch-size", "2", "--seed", "3"};
   args.insert(args.end(), c.extra.begin(), c.extra.end());
-  if (c.mode != "exact") args.insert(args.end(), {"--block-size", std::to_string(kBlock)});
+  if (c.arch == "llada") args.insert(args.end(), {"--block-length", std::to_string(kBlock)});
+  else if (c.mode != "exact") args.insert(args.end(), {"--block-size", std::to_string(kBlock)});
   if (c.refresh_every > 0) args.insert(args.end(), {"--refresh-every", std::to_string(c.refresh_every)});
   const auto run = run_sonde(args);
   ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -117,7 +120,8 @@ TEST_P(CaptureFresh, ReusedRowsAreMarkedAndHoldTheValuesOfTheStepThatComputedThe
     const std::int64_t len = lengths[static_cast<std::size_t>(p)], b = block.at({p, step});
     const bool refresh = refreshed_at(p, step) == step;
     const std::int64_t lo = len + b * kBlock;  // the block's first slot, unpadded
-    bool computed = !cached || refresh || pos >= lo - 1;
+    const std::int64_t shift = c.arch == "dream" ? 1 : 0;  // Dream's slot lo is predicted from lo - 1
+    bool computed = !cached || refresh || pos >= lo - shift;
     if (c.mode == "dual-cache" && !refresh) computed = computed && pos < lo + kBlock;
     ASSERT_EQ(rows.fresh[i], computed ? 1 : 0);
     if (rows.kind[i] == 4) { EXPECT_EQ(rows.fresh[i], 1); }  // committed slots are always computed
@@ -151,6 +155,10 @@ const Case kCases[] = {
     {"DualCacheTokensPerStep", "dual-cache", {"--tokens-per-step", "3"}},
     {"BlockCacheThreshold", "block-cache", {"--alg", "confidence_threshold", "--threshold", "0.9"}},
     {"DualCacheRefreshEvery3", "dual-cache", {"--tokens-per-step", "1"}, 3},  // refreshes at steps 0, 3 of a block
+    {"LladaExact", "exact", {"--steps", "8"}, 0, "llada"},
+    {"LladaBlockCache", "block-cache", {"--steps", "8"}, 0, "llada"},
+    {"LladaDualCache", "dual-cache", {"--steps", "8"}, 0, "llada"},
+    {"LladaDualCacheThreshold", "dual-cache", {"--threshold", "0.9"}, 0, "llada"},
 };
 
 INSTANTIATE_TEST_SUITE_P(Modes, CaptureFresh, ::testing::ValuesIn(kCases), [](const auto& info) { return info.param.name; });

@@ -80,5 +80,25 @@ TEST_F(LladaBadInput, DreamSettingsAndUnknownRemasking) {
   EXPECT_TRUE(one_line_error(generate({"--remasking", "lowest"}), "generate", {"remasking", "lowest"}, {"unknown"}));
 }
 
+// Fast-dLLM's settings: what its published loops do not have is refused, not ignored.
+TEST_F(LladaBadInput, FastDllmSettingsOutOfRange) {
+  for (const char* t : {"0", "1.5", "nan"})
+    EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "dual-cache", "--threshold", t}), "generate", {"threshold", t},
+                               {"outside"}))
+        << t;
+  EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "block"}), "generate", {"diffusion_mode", "block"}, {"block_length"}));
+  EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "block-cache", "--cfg-scale", "1.5"}), "generate",
+                             {"cfg_scale", "1.5", "block-cache"}, {"no classifier-free guidance"}));
+  EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "dual-cache", "--refresh-every", "2"}), "generate",
+                             {"refresh_every"}, {"Dream"}));
+  EXPECT_TRUE(one_line_error(generate({"--diffusion-mode", "dual-cache", "--block-size", "4"}), "generate", {"block_size"},
+                             {"Dream"}));
+  EXPECT_TRUE(one_line_error(generate({"--threshold", "0.5", "--alg", "entropy"}), "generate", {"threshold", "entropy"},
+                             {"needs"}));
+  const auto ok = generate({"--max-new-tokens", "8", "--steps", "4", "--block-length", "4", "--diffusion-mode", "dual-cache",
+                            "--threshold", "0.5"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.describe();
+}
+
 }  // namespace
 }  // namespace sonde::test

@@ -130,7 +130,7 @@ TEST(LladaLoop, GeneratePyAssertsAreBadInput) {
   EXPECT_THROW(diffusion_generate(fake, {{1}}, llada_opts(10, 5, 5)), Error);   // 5 steps over 2 blocks
   auto cached = llada_opts(10, 6, 5);
   cached.mode = DiffusionMode::DualCache;
-  EXPECT_THROW(diffusion_generate(fake, {{1}}, cached), Error);
+  EXPECT_THROW(diffusion_generate(fake, {{1}}, cached), Error);  // the fake has no slot cache
   try {
     check_diffusion_options(llada_opts(16, 16, 5));
     FAIL();

@@ -149,6 +149,11 @@ struct DiffusionOptions {
   std::int64_t block_length = 0;
   Remasking remasking = Remasking::LowConfidence;
   double cfg_scale = 0;
+  // LLaDA with Fast-dLLM (arXiv 2505.22618, its llada/generate.py): mode block-cache or dual-cache
+  // runs generate_with_prefix_cache or generate_with_dual_cache; a threshold (in (0, 1]) commits
+  // every candidate whose confidence reaches it, the most confident always (parallel decoding),
+  // and a block then ends when it has no mask left. docs/models.md states the loops exactly.
+  std::optional<double> remasking_threshold;
 };
 
 // BadInput for options no loop can run: steps or max_new_tokens < 1, eps outside (0, 1), a

@@ -49,8 +49,8 @@ struct GenerationSettings {
   // The values' meaning, the same for the command line, config files, dataset lines and Python:
   // BadInput "name: value ..." for max_new_tokens or steps < 1, a negative top_k, temperature or
   // alg_temp, top_p outside (0, 1], repetition_penalty <= 0, eps outside (0, 1), an unknown alg
-  // or diffusion_mode, block_size or tokens_per_step < 1, threshold outside (0, 1] or without alg
-  // confidence_threshold, block_size with mode exact, tokens_per_step with origin or
+  // or diffusion_mode, block_size or tokens_per_step < 1, threshold outside (0, 1] or with an alg
+  // other than confidence_threshold, block_size with mode exact, tokens_per_step with origin or
   // confidence_threshold, refresh_every < 1 or without a cached mode.
   void check() const;
   void check_diffusion_settings() const;  // the diffusion part of check()
@@ -77,9 +77,10 @@ std::int64_t resolve_max_new_tokens(const GenerationSettings& s, const ModelConf
 ArOptions resolve_autoregressive(const GenerationSettings& s, const ModelConfig& cfg, const Tokenizer* tok);
 // Dream's defaults: steps = max_new_tokens, alg entropy, eps 1e-3, temperature 0. With `loop`
 // SemiArRemasking (the model's ModelInfo::diffusion_loop) LLaDA's generate() instead: steps =
-// max_new_tokens, one block, low_confidence, cfg_scale 0, temperature 0; BadInput for a setting of
-// the other loop (alg, eps, alg_temp, top_p, top_k, diffusion_mode, block_size, threshold,
-// tokens_per_step) and for LLaDA's with Dream's loop.
+// max_new_tokens, one block, low_confidence, cfg_scale 0, temperature 0, and Fast-dLLM's
+// diffusion_mode (exact, block-cache, dual-cache) and threshold; BadInput for a setting of the
+// other loop (alg, eps, alg_temp, top_p, top_k, block_size, tokens_per_step, refresh_every), for
+// LLaDA's with Dream's loop, and for a threshold with Dream's loop but not alg confidence_threshold.
 DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg,
                                    DiffusionLoop loop = DiffusionLoop::DreamTimesteps);
 
