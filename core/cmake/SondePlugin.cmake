@@ -13,4 +13,5 @@ function(sonde_add_plugin name kind)
   target_link_options(${target} PRIVATE -Wl,--no-undefined)
   install(TARGETS ${target} LIBRARY DESTINATION ${SONDE_PLUGIN_ROOT}/${kind})
   set(SONDE_LAST_PLUGIN_TARGET ${target} PARENT_SCOPE)
+  set_property(GLOBAL APPEND PROPERTY SONDE_PLUGIN_TARGETS ${target})  # the `runtime` target's
 endfunction()

@@ -194,7 +194,9 @@ TEST(SaeGoldenGenerate, SplicedGenerationIsTokenExact) {
       auto spliced = base;
       spliced.insert(spliced.end(), {"--sae", sae, "--sae-splice"});
       EXPECT_EQ(completion_of(spliced), want) << f.filename() << " on " << b;
-      if (!unspliced.empty()) EXPECT_EQ(completion_of(base), unspliced) << f.filename() << " on " << b;
+      if (!unspliced.empty()) {
+        EXPECT_EQ(completion_of(base), unspliced) << f.filename() << " on " << b;
+      }
     }
   }
 }
