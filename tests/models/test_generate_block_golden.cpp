@@ -26,6 +26,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "golden_checkpoint.h"
 #include "run_sonde.h"
 #include "test_paths.h"
 
@@ -45,27 +46,9 @@ const json& block_golden() {
 }
 
 std::filesystem::path model() {
-  static const std::filesystem::path dir = [] {
-    const auto d = process_temp_dir() / "block-golden-dream-tiny";  // shared by the process's tests
-    std::filesystem::remove_all(d);
-    std::vector<std::string> mm{"make-model"};
-    for (const auto& a : block_golden()["make_model_args"]) mm.push_back(a.get<std::string>());
-    mm.insert(mm.end(), {"--out", d.string()});
-    const auto r = run_sonde(mm);
-    if (r.exit_code != 0) throw std::runtime_error("make-model failed: " + r.output);
-    if (sonde::sha256_file(d / "model.safetensors") != block_golden()["model_sha256"].get<std::string>())
-      throw std::runtime_error("make-model no longer gives the checkpoint of the block goldens; regenerate with "
-                               "/usr/bin/python3 tests/reference/make_block_goldens.py");
-    return d;
-  }();
+  static const std::filesystem::path dir =  // shared by the process's tests
+      make_golden_checkpoint(block_golden(), "block-golden-dream-tiny", "block goldens", "make_block_goldens.py");
   return dir;
-}
-
-std::string block_num(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  return s.str();
 }
 
 std::vector<std::string> flags(const json& st, const std::string& backend) {
@@ -75,10 +58,10 @@ std::vector<std::string> flags(const json& st, const std::string& backend) {
     a.insert(a.end(), {"--diffusion-mode", st.value("mode", std::string("block")), "--block-size",
                        std::to_string(st["block_size"].get<int>())});
   if (st.contains("steps")) a.insert(a.end(), {"--steps", std::to_string(st["steps"].get<int>())});
-  if (st.contains("threshold")) a.insert(a.end(), {"--threshold", block_num(st["threshold"].get<double>())});
+  if (st.contains("threshold")) a.insert(a.end(), {"--threshold", golden_number(st["threshold"].get<double>())});
   if (st.contains("tokens_per_step")) a.insert(a.end(), {"--tokens-per-step", std::to_string(st["tokens_per_step"].get<int>())});
   if (st.contains("refresh_every")) a.insert(a.end(), {"--refresh-every", std::to_string(st["refresh_every"].get<int>())});
-  if (st.contains("top_p")) a.insert(a.end(), {"--top-p", block_num(st["top_p"].get<double>())});
+  if (st.contains("top_p")) a.insert(a.end(), {"--top-p", golden_number(st["top_p"].get<double>())});
   if (st.contains("seed")) a.insert(a.end(), {"--seed", std::to_string(st["seed"].get<int>())});
   return a;
 }

@@ -24,6 +24,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "golden_checkpoint.h"
 #include "run_sonde.h"
 #include "test_paths.h"
 
@@ -44,27 +45,9 @@ const json& cache_golden() {
 }
 
 std::filesystem::path cache_model() {
-  static const std::filesystem::path dir = [] {
-    const auto d = process_temp_dir() / "llada-cache-golden-tiny";
-    std::filesystem::remove_all(d);
-    std::vector<std::string> mm{"make-model"};
-    for (const auto& a : cache_golden()["make_model_args"]) mm.push_back(a.get<std::string>());
-    mm.insert(mm.end(), {"--out", d.string()});
-    const auto r = run_sonde(mm);
-    if (r.exit_code != 0) throw std::runtime_error("make-model failed: " + r.output);
-    if (sonde::sha256_file(d / "model.safetensors") != cache_golden()["model_sha256"].get<std::string>())
-      throw std::runtime_error("make-model no longer gives the checkpoint of the LLaDA cache goldens; regenerate with "
-                               "/usr/bin/python3 tests/reference/make_llada_cache_goldens.py");
-    return d;
-  }();
+  static const std::filesystem::path dir =
+      make_golden_checkpoint(cache_golden(), "llada-cache-golden-tiny", "LLaDA cache goldens", "make_llada_cache_goldens.py");
   return dir;
-}
-
-std::string cache_num(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  return s.str();
 }
 
 // The case's settings as sonde's flags.
@@ -74,8 +57,8 @@ std::vector<std::string> cache_flags(const json& st) {
                              std::to_string(st["max_new_tokens"].get<int>()), "--block-length",
                              std::to_string(st["block_length"].get<int>())};
   if (st.contains("remasking")) f.insert(f.end(), {"--remasking", st["remasking"].get<std::string>()});
-  if (st.contains("temperature")) f.insert(f.end(), {"--temperature", cache_num(st["temperature"].get<double>())});
-  if (st.contains("threshold")) f.insert(f.end(), {"--threshold", cache_num(st["threshold"].get<double>())});
+  if (st.contains("temperature")) f.insert(f.end(), {"--temperature", golden_number(st["temperature"].get<double>())});
+  if (st.contains("threshold")) f.insert(f.end(), {"--threshold", golden_number(st["threshold"].get<double>())});
   return f;
 }
 
