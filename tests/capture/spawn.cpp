@@ -66,7 +66,7 @@ std::string read_text(const std::filesystem::path& file) {
 }
 
 namespace {
-std::int64_t lines_in(const std::filesystem::path& f) {
+std::int64_t committed_lines_in(const std::filesystem::path& f) {
   const auto t = read_text(f);
   return static_cast<std::int64_t>(std::count(t.begin(), t.end(), '\n'));
 }
@@ -77,7 +77,7 @@ std::int64_t lines_in(const std::filesystem::path& f) {
   const Child c = spawn_sonde(args, log);
   for (;;) {
     if (poll_child(c)) return ::testing::AssertionFailure() << "the run finished before the kill; " << read_text(log);
-    if (std::filesystem::exists(results) && lines_in(results) >= lines) {
+    if (std::filesystem::exists(results) && committed_lines_in(results) >= lines) {
       send_signal(c, SIGKILL);
       if (wait_child(c) == 128 + SIGKILL) return ::testing::AssertionSuccess();
       return ::testing::AssertionFailure() << "the run ended otherwise; " << read_text(log);
