@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <sonde/model_dir.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -37,6 +40,18 @@ inline std::string golden_number(double v) {
   s.precision(17);
   s << v;
   return s.str();
+}
+
+// The reference scripts' summary of a logits row: columns 0, 128, ..., the max and the logsumexp.
+inline std::vector<double> logits_row_summary(const float* row, std::int64_t V) {
+  std::vector<double> out;
+  for (std::int64_t v = 0; v < V; v += 128) out.push_back(row[v]);
+  double mx = -INFINITY, sum = 0;
+  for (std::int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+  for (std::int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+  out.push_back(mx);
+  out.push_back(mx + std::log(sum));
+  return out;
 }
 
 }  // namespace sonde::test

@@ -168,18 +168,6 @@ DiffusionOptions options(const json& st, const Session& s) {
   return o;
 }
 
-// The reference's summary of a logits row: the columns 0, 128, ..., the max and the logsumexp.
-std::vector<double> summary(const float* row, std::int64_t V) {
-  std::vector<double> out;
-  for (std::int64_t v = 0; v < V; v += 128) out.push_back(row[v]);
-  double mx = -INFINITY, sum = 0;
-  for (std::int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
-  for (std::int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
-  out.push_back(mx);
-  out.push_back(mx + std::log(sum));
-  return out;
-}
-
 class CachedForwards : public ::testing::TestWithParam<BlockCase> {};
 
 TEST_P(CachedForwards, MatchReferenceWithin1e4AndRefreshesAreBlockModes) {
@@ -210,7 +198,7 @@ TEST_P(CachedForwards, MatchReferenceWithin1e4AndRefreshesAreBlockModes) {
     ASSERT_EQ(call.width, w["width"].get<std::int64_t>());
     for (std::size_t r = 0; r < w["rows"].size(); ++r)
       for (std::size_t q = 0; q < w["rows"][r].size(); ++q) {
-        const auto got = summary(call.logits.data<float>() + (static_cast<std::int64_t>(r) * call.width + static_cast<std::int64_t>(q)) * V, V);
+        const auto got = logits_row_summary(call.logits.data<float>() + (static_cast<std::int64_t>(r) * call.width + static_cast<std::int64_t>(q)) * V, V);
         const auto want = w["rows"][r][q].get<std::vector<double>>();
         ASSERT_EQ(got.size(), want.size());
         for (std::size_t k = 0; k < got.size(); ++k) {

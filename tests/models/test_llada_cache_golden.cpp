@@ -144,18 +144,6 @@ class RecordingForward : public DecodeForward {
   SessionDecodeForward inner_;
 };
 
-// The reference's summary of a logits row: columns 0, 128, ..., the max and the logsumexp.
-std::vector<double> row_summary(const float* row, std::int64_t V) {
-  std::vector<double> out;
-  for (std::int64_t v = 0; v < V; v += 128) out.push_back(row[v]);
-  double mx = -INFINITY, sum = 0;
-  for (std::int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
-  for (std::int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
-  out.push_back(mx);
-  out.push_back(mx + std::log(sum));
-  return out;
-}
-
 // As Dream's cached forwards: the oracle and the default backend (every backend's tokens are
 // checked by the cases above; sharded runs under mpiexec).
 std::vector<std::string> local_backends() {
@@ -199,7 +187,7 @@ TEST_P(LladaCachedForwards, SameWindowsAndLogitsWithin1e4) {
     ASSERT_EQ(call.first, win["first"].get<std::int64_t>());
     ASSERT_EQ(call.width, win["width"].get<std::int64_t>());
     for (std::int64_t q = 0; q < call.width; ++q) {
-      const auto got = row_summary(call.logits.data<float>() + q * V, V);
+      const auto got = logits_row_summary(call.logits.data<float>() + q * V, V);
       const auto want = win["rows"][0][static_cast<std::size_t>(q)].get<std::vector<double>>();
       ASSERT_EQ(got.size(), want.size());
       for (std::size_t k = 0; k < got.size(); ++k) {
