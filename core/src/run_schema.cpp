@@ -93,7 +93,11 @@ void check_run_options(const nlohmann::json& options, RunKind kind, const std::v
                        const std::string& what) {
   if (!options.is_object()) bad_input("{}: expected a JSON object, got {}", what, options.dump());
   const auto& table = run_option_schema();
-  for (const auto& [key, value] : options.items()) {
+  // Named copies, not a structured binding: clang 14 (the fuzz build's compiler) cannot capture a
+  // binding in the lambda below.
+  for (const auto& item : options.items()) {
+    const std::string key = item.key();
+    const nlohmann::json& value = item.value();
     if (std::find(front_end.begin(), front_end.end(), key) != front_end.end()) continue;
     const auto spec = std::find_if(table.begin(), table.end(), [&](const RunOptionSpec& s) { return s.name == key; });
     if (spec == table.end()) {
