@@ -43,6 +43,7 @@ struct EngineSeq {
   std::int64_t prompt_len = 0;
   std::int64_t row = -1;       // row of the shared KV cache once its prompt is in
   KvCache staged;              // the prompt's own cache while it is prefilled in chunks
+  std::int64_t prompt_step = -1;  // the engine step its prompt was first posted at (prefill order)
   std::map<std::string, std::vector<Tensor>> chunk_taps;  // the prompt's taps, chunk by chunk
   KvCache own, scratch;        // a diffusion slot cache (block-cache, dual-cache)
 };

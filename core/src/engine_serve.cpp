@@ -131,6 +131,7 @@ void Engine::serve(std::vector<EngineSeq*>& parked) {
   // see it (the loop posts its next forward for the next step, so the row is there by then).
   std::vector<PendingRow> rows;
   std::vector<EngineSeq*> prompted;
+  order_prompts(prefill);
   guarded(prefill, [&](auto& g) { serve_prefill(g, prompted, rows); });
   for (EngineSeq* s : prefill)
     if (s->fail && std::find(prompted.begin(), prompted.end(), s) == prompted.end()) prompted.push_back(s);
@@ -248,7 +249,23 @@ void Engine::split_logits(const Tensor& logits, const std::vector<EngineSeq*>& r
   }
 }
 
-// Prompts in arrival order within the step's budget of prompt tokens. The prompts that fit whole
+// Shortest remaining prompt first (SRPT: the order that minimises mean waiting time on one server,
+// Schrage 1968), aged so that no prompt starves: each step a prompt has waited counts as a step's
+// budget of tokens off its length. A prompt of n tokens thus goes ahead of one that arrives
+// n / prefill_chunk steps after it, whatever their lengths, and a short request's first token
+// does not wait for every longer prompt that came before it. Ties (and equal keys) by arrival.
+void Engine::order_prompts(std::vector<EngineSeq*>& seqs) {
+  const std::int64_t now = counts_.steps;  // written only by step(), which is running this
+  for (EngineSeq* s : seqs)
+    if (s->prompt_step < 0) s->prompt_step = now;
+  const auto key = [&](const EngineSeq* s) {
+    const std::int64_t left = s->post.tokens - s->staged.filled;
+    return left - (now - s->prompt_step) * options_.prefill_chunk;
+  };
+  std::stable_sort(seqs.begin(), seqs.end(), [&](const EngineSeq* a, const EngineSeq* b) { return key(a) < key(b); });
+}
+
+// Prompts in the order of order_prompts, within the step's budget of prompt tokens. The prompts that fit whole
 // are prefilled together, one left-padded forward into a cache of their own, and move into rows
 // of the shared cache; then the next prompt gets what is left of the budget as a chunk into its
 // own cache, continued at later steps (a prompt whose logits are wanted at every slot is not cut:

@@ -9,10 +9,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <mutex>
 #include <thread>
 
 namespace sonde {
@@ -306,6 +308,66 @@ TEST(Engine, ANewRequestsFirstTokenDoesNotWaitForTheRunningRowsDecode) {
   EXPECT_TRUE(m.came_during_decode.load()) << "b's first token came only after the decode forward of the step";
   EXPECT_EQ(ha->wait().tokens, solo_ar(m, a).tokens);
   EXPECT_EQ(hb->wait().tokens, solo_ar(m, b).tokens);
+}
+
+// Submits `arrive[i]` before step i, steps until idle, and gives the order in which the requests
+// had their first token.
+std::vector<std::size_t> first_token_order(Engine& engine, std::vector<EngineRequest> reqs, const std::vector<std::int64_t>& arrive,
+                                           std::vector<std::shared_ptr<EngineHandle>>& hs) {
+  std::mutex mu;
+  std::vector<std::size_t> order;
+  std::size_t next = 0;
+  for (std::int64_t step = 0;; ++step) {
+    for (; next < reqs.size() && arrive[next] <= step; ++next) {
+      reqs[next].on_token = [&mu, &order, next](std::int64_t i, std::int32_t, const Tensor&) {
+        if (i != 0) return;
+        std::lock_guard lk(mu);
+        order.push_back(next);
+      };
+      hs.push_back(engine.submit(reqs[next]));
+    }
+    if (!engine.step() && next == reqs.size()) break;
+  }
+  for (auto& h : hs) EXPECT_EQ(h->wait().error, "");
+  return order;
+}
+
+TEST(Engine, AShortPromptIsPrefilledBeforeALongerOneThatCameFirst) {
+  // Shortest remaining prompt first: the 3-token prompt fits the step's budget of 8 whole and is
+  // served in the first step; in arrival order it would wait for the 40-token prompt's five chunks.
+  FakeModel m;
+  std::mt19937 rng(11);
+  EngineRequest lng = ar_request(ids(rng, 40), 3, 1, false), shrt = ar_request(ids(rng, 3), 3, 2, false);
+  lng.ar.eos_ids.clear();
+  shrt.ar.eos_ids.clear();
+  Engine engine(m, EngineOptions{DecodingKind::Autoregressive, 4, 64, 64, 8});
+  std::vector<std::shared_ptr<EngineHandle>> hs;
+  EXPECT_EQ(first_token_order(engine, {lng, shrt}, {0, 0}, hs), (std::vector<std::size_t>{1, 0}));
+  EXPECT_EQ(hs[0]->wait().tokens, solo_ar(m, lng).tokens);
+  EXPECT_EQ(hs[1]->wait().tokens, solo_ar(m, shrt).tokens);
+}
+
+TEST(Engine, ALongPromptIsNotStarvedByShortOnesThatKeepComing) {
+  // A new 8-token prompt before every step takes the whole budget of 8 if length alone decides;
+  // aged by the steps it waited, the 40-token prompt goes ahead of the short ones after
+  // 40 / 8 = 5 steps and is in after five more: its first token comes before the 12th short one's.
+  FakeModel m;
+  std::mt19937 rng(12);
+  std::vector<EngineRequest> reqs{ar_request(ids(rng, 40), 1, 1, false)};
+  std::vector<std::int64_t> arrive{0};
+  for (int i = 0; i < 30; ++i) {
+    reqs.push_back(ar_request(ids(rng, 8), 1, 2 + static_cast<std::uint64_t>(i), false));
+    arrive.push_back(i);
+  }
+  for (auto& q : reqs) q.ar.eos_ids.clear();
+  Engine engine(m, EngineOptions{DecodingKind::Autoregressive, 8, 64, 64, 8});
+  std::vector<std::shared_ptr<EngineHandle>> hs;
+  const auto order = first_token_order(engine, reqs, arrive, hs);
+  ASSERT_EQ(order.size(), reqs.size());
+  const auto at = std::find(order.begin(), order.end(), 0u) - order.begin();
+  EXPECT_GE(at, 3) << "the long prompt went first: shorter ones were not preferred";
+  EXPECT_LE(at, 11) << "the long prompt waited behind " << at << " short ones";
+  EXPECT_EQ(hs[0]->wait().tokens, solo_ar(m, reqs[0]).tokens);
 }
 
 TEST(Engine, SteeredAndUnsteeredRequestsShareAForwardAndEachEqualsItsSoloRun) {

@@ -381,6 +381,7 @@ pb::dict submitted_result(Submitted& s) {
   {
     pb::gil_scoped_release nogil;
     r = s.handle->wait();
+    s.stream->wait_end();
   }
   if (r.finish_reason == "error") {
     if (r.error_kind == 2) throw Error(ErrorKind::BadInput, r.error);

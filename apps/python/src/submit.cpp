@@ -59,6 +59,11 @@ void Stream::end() {
   notify_locked();
 }
 
+void Stream::wait_end() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return ended_; });
+}
+
 std::vector<StreamItem> Stream::take(double seconds, bool& ended) {
   std::unique_lock lock(mu_);
   if (seconds > 0)

@@ -38,6 +38,9 @@ class Stream {
   void step(std::int64_t step, const std::vector<std::int32_t>& canvas);
   void tap(const std::string& hook, const TensorView& rows);
   void end();
+  // Blocks until end() has been called: the engine's result is ready a moment before its on_end
+  // runs, and a result read in that moment would have no end time.
+  void wait_end();
 
   // The reader's: waits up to `seconds` for unread items or the end (0: does not wait); returns
   // them and whether the end has come after them.

@@ -6,8 +6,9 @@
 // loop has posted (or ended), then serves all posts with as few model forwards as it can:
 //   - autoregressive decode steps of every running sequence: one forward over the rows of a
 //     shared KV cache (engine_kv.h), one row per sequence;
-//   - prompts: chunked prefill, at most `prefill_chunk` prompt tokens a step over all of them, each
-//     into a cache of its own, moved into a row of the shared cache when its last chunk is done;
+//   - prompts: chunked prefill, at most `prefill_chunk` prompt tokens a step over all of them,
+//     shortest remaining first (aged, so none starves), each into a cache of its own, moved into a
+//     row of the shared cache when its last chunk is done;
 //   - full forwards (diffusion without a cache, autoregressive without a cache): one left-padded
 //     forward over all of them, whatever their lengths and steps;
 //   - diffusion forwards with a slot cache (block-cache, dual-cache): one forward each, side by side.
@@ -215,6 +216,7 @@ class Engine {
     std::shared_ptr<KvCache> cache;
     std::int64_t row, pad, tokens;
   };
+  void order_prompts(std::vector<EngineSeq*>& seqs);
   void serve_prefill(std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*>& prompted, std::vector<PendingRow>& rows);
   void release(const std::vector<EngineSeq*>& seqs);  // hands each loop its served forward
   void serve_full(std::vector<EngineSeq*>& seqs);
