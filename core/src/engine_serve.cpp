@@ -269,11 +269,12 @@ void Engine::order_prompts(std::vector<EngineSeq*>& seqs) {
 // are prefilled together, one left-padded forward into a cache of their own, and move into rows
 // of the shared cache; then the next prompt gets what is left of the budget as a chunk into its
 // own cache, continued at later steps (a prompt whose logits are wanted at every slot is not cut:
-// its result would need every chunk's).
+// its result would need every chunk's). The budget counts the padded forward's rows x slots, the
+// work it does: prompts of 16 and 200 tokens padded together would compute 400 slots for 216.
 void Engine::serve_prefill(std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*>& prompted,
                            std::vector<PendingRow>& rows) {
-  std::int64_t budget = options_.prefill_chunk;
   std::vector<EngineSeq*> whole;
+  std::int64_t longest = 0;
   std::size_t i = 0;
   for (; i < seqs.size(); ++i) {
     EngineSeq* s = seqs[i];
@@ -281,10 +282,12 @@ void Engine::serve_prefill(std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*
     if (p.batch != 1 || p.past != 0)
       runtime_error("engine: request '{}' posted a cached forward of {} rows after {} slots before its prompt was in",
                     s->req.id, p.batch, p.past);
-    if (!s->staged.k.empty() || p.tokens > budget) break;
+    const std::int64_t padded_work = static_cast<std::int64_t>(whole.size() + 1) * std::max(longest, p.tokens);
+    if (!s->staged.k.empty() || padded_work > options_.prefill_chunk) break;
     whole.push_back(s);
-    budget -= p.tokens;
+    longest = std::max(longest, p.tokens);
   }
+  const std::int64_t budget = options_.prefill_chunk - static_cast<std::int64_t>(whole.size()) * longest;
   if (!whole.empty()) {
     std::vector<EngineSeq*> batch;
     std::vector<std::int64_t> pad, tokens;

@@ -47,6 +47,7 @@ class FakeModel : public EngineModel {
     const StepInput& in = b.step;
     ++forwards;
     max_batch = std::max(max_batch, in.batch);
+    if (in.tokens > 1) max_prompt_work = std::max(max_prompt_work, in.batch * in.tokens);
     const std::int64_t B = in.batch, T = in.tokens, P = in.use_cache ? in.past : 0, S = P + T;
     if (in.use_cache && (!b.cache || b.cache->filled != P || b.cache->batch < B))
       throw std::runtime_error("fake: cache does not hold the past");
@@ -108,6 +109,7 @@ class FakeModel : public EngineModel {
   }
   std::atomic<std::int64_t> forwards{0}, edit_sets{0};
   std::int64_t max_batch = 0;
+  std::int64_t max_prompt_work = 0;  // the most rows x slots one forward of prompts computed
 
  private:
   bool causal_, kv_;
@@ -345,6 +347,21 @@ TEST(Engine, AShortPromptIsPrefilledBeforeALongerOneThatCameFirst) {
   EXPECT_EQ(first_token_order(engine, {lng, shrt}, {0, 0}, hs), (std::vector<std::size_t>{1, 0}));
   EXPECT_EQ(hs[0]->wait().tokens, solo_ar(m, lng).tokens);
   EXPECT_EQ(hs[1]->wait().tokens, solo_ar(m, shrt).tokens);
+}
+
+TEST(Engine, APromptForwardComputesNoMoreThanTheStepsBudgetPaddingIncluded) {
+  // 2 + 9 prompt tokens fit a budget of 12, but padded into one forward they would compute
+  // 2 x 9 = 18 slots: the 9-token prompt gets a forward of its own.
+  FakeModel m;
+  std::mt19937 rng(13);
+  EngineRequest a = ar_request(ids(rng, 2), 4, 1, false), b = ar_request(ids(rng, 9), 4, 2, false);
+  a.ar.eos_ids.clear();
+  b.ar.eos_ids.clear();
+  Engine engine(m, EngineOptions{DecodingKind::Autoregressive, 4, 64, 64, 12});
+  const auto got = run_engine(engine, {a, b}, {0, 0});
+  EXPECT_EQ(m.max_prompt_work, 9);
+  expect_same(solo_ar(m, a), got[0], 0);
+  expect_same(solo_ar(m, b), got[1], 1);
 }
 
 TEST(Engine, ALongPromptIsNotStarvedByShortOnesThatKeepComing) {
