@@ -238,6 +238,27 @@ def test_run_with_cache_and_generate_give_csr(models):
     np.testing.assert_array_equal(s.cache[hook].toarray(), d.cache[hook])
 
 
+# bf16 storage: SparseRows.data holds the bits (uint16, as dense bf16 arrays do); toarray() and
+# to_scipy() widen them, equal to the dense bf16 capture widened.
+def test_sparse_rows_of_bf16_storage_widen_their_bits(models):
+    hook = "blocks.1.hook_resid_post.hook_sae_acts_post"
+    model = sonde.Model(models["qwen2"])
+    model.attach_sae(os.path.join(SAE_DIR, "topk_flat"))
+    prompts = [[5, 17, 300, 42], [9, 8, 7]]
+    _, dense = model.run_with_cache(prompts, hooks=hook, storage="bf16")
+    _, nz = model.run_with_cache(prompts, hooks=hook, sae_sparse="nonzero", storage="bf16")
+    assert dense[hook].dtype == np.uint16 and nz[hook].data.dtype == np.uint16
+    want = sonde.bf16_to_f32(dense[hook])
+    assert np.count_nonzero(want) == len(nz[hook].data) > 0
+    np.testing.assert_array_equal(nz[hook].toarray(), want)
+    np.testing.assert_array_equal(nz[hook][1:3].toarray(), want[1:3])
+    try:
+        import scipy.sparse  # noqa: F401
+        np.testing.assert_array_equal(nz[hook].to_scipy().toarray(), want)
+    except ImportError:
+        pass
+
+
 # The SAEs a run attached are in every output's root attributes (saes_json): path, hook_name,
 # architecture, widths, the sha256 of sae_weights.safetensors, splice and error term.
 def test_saes_recorded_in_root_attributes(models, tmp_path):

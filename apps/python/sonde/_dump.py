@@ -7,8 +7,10 @@ ROW_COLUMNS = ("prompt_idx", "pos", "token_id", "step", "kind", "fresh", "comput
 
 class SparseRows:
     """SAE feature activations of some rows in SciPy's CSR layout (docs/sae.md): row r's features
-    are indices[indptr[r]:indptr[r+1]] with values data[...] (float32), shape (rows, n_cols).
-    to_scipy() gives a scipy.sparse.csr_matrix (SciPy needed), toarray() a dense numpy array."""
+    are indices[indptr[r]:indptr[r+1]] with values data[...], shape (rows, n_cols). data is as
+    stored: float32, float16, or with storage="bf16" the bits as uint16 (as dense arrays are).
+    to_scipy() gives a scipy.sparse.csr_matrix (SciPy needed), toarray() a dense numpy array,
+    both float32 (bf16 bits widened exactly)."""
 
     def __init__(self, data, indices, indptr, shape):
         self.data, self.indices, self.indptr, self.shape = data, indices, indptr, shape
@@ -37,15 +39,22 @@ class SparseRows:
         return SparseRows(np.concatenate([p.data for p in parts]), np.concatenate([p.indices for p in parts]),
                           np.concatenate(indptr), (sum(p.shape[0] for p in parts), parts[0].shape[1]))
 
+    def values(self):
+        """data as float32: uint16 is bf16's bits (numpy has no bfloat16), widened exactly."""
+        d = np.asarray(self.data)
+        if d.dtype == np.uint16:
+            return (d.astype(np.uint32) << 16).view(np.float32)
+        return d.astype(np.float32, copy=False)
+
     def toarray(self):
         out = np.zeros(self.shape, np.float32)
         rows = np.repeat(np.arange(self.shape[0]), np.diff(self.indptr))
-        out[rows, self.indices] = self.data
+        out[rows, self.indices] = self.values()
         return out
 
     def to_scipy(self):
         import scipy.sparse
-        return scipy.sparse.csr_matrix((self.data, self.indices, self.indptr), shape=self.shape)
+        return scipy.sparse.csr_matrix((self.values(), self.indices, self.indptr), shape=self.shape)
 
     def __repr__(self):
         return f"SparseRows(shape={self.shape}, nnz={len(self.data)})"
