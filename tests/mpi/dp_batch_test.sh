@@ -7,6 +7,8 @@
 #   errors         bad input across ranks: one line, non-zero exit of the whole job, no hang
 #   features ARCH N  with an SAE: sparse activations (--sae-sparse) and the feature dashboard
 #                  (--feature-stats) of mpiexec -n N equal one process's (compare_features.py)
+#   features_kill  the features case under the kill case: SIGKILL of one rank, --resume, and the
+#                  joined dashboard equals one uninterrupted process's (compare_features.py)
 #   edges          issue 29's rough edges: mpiexec without --backend sharded (one line, no run),
 #                  an empty --acts folder made beforehand (taken), a one-process --resume of the
 #                  data-parallel run's outputs (one line saying so)
@@ -59,6 +61,35 @@ features)
   /usr/bin/python3 "$check" one.h5 acts/run.h5 || fail "run.h5 differs from one process's file"
   /usr/bin/python3 "$src/tests/mpi/compare_features.py" one_f.h5 feats/run.h5 acts/run.h5 \
     || fail "the joined feature file differs from one process's"
+  ;;
+features_kill)
+  "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
+  dataset 200
+  gen=(--max-new-tokens 8 --temperature 0 --batch-size 2 --checkpoint-every 2 --threads 1 --sae "$src/tests/data/sae/topk_flat"
+       --sae-sparse nonzero --hooks 'blocks.1.hook_resid_post.hook_sae_acts_post')
+  "$sonde" batch --model m --input in.jsonl --output one.jsonl "${gen[@]}" --acts one.h5 --feature-stats one_f.h5 2>/dev/null
+  mpiexec -n 2 --bind-to none "$@" "$sonde" batch --backend sharded --model m --input in.jsonl --output dp.jsonl \
+    "${gen[@]}" --acts acts --feature-stats feats > kill.log 2>&1 &
+  job=$!
+  for _ in $(seq 400); do  # until rank 1 has committed something
+    [ -s dp.jsonl.parts/rank-1.jsonl ] && break; sleep 0.05
+  done
+  victim=$(pgrep -f -n -- "--output dp.jsonl" | head -1)
+  [ -n "$victim" ] || fail "no rank to kill"
+  kill -9 "$victim"
+  if wait "$job"; then fail "the job exited 0 after a rank was killed"; fi
+  [ ! -e dp.jsonl ] || fail "a killed job joined its results"
+  [ ! -e feats/run.h5 ] || fail "a killed job joined its feature statistics"
+  timeout 120 mpiexec -n 2 --bind-to none "$@" "$sonde" batch --backend sharded --model m --input in.jsonl \
+    --output dp.jsonl "${gen[@]}" --acts acts --feature-stats feats --resume > resume.log 2>&1 \
+    || { cat resume.log; fail "resume exited $?"; }
+  n=$(sed -n 's/.*resuming after \([0-9]*\) committed prompts.*/\1/p' resume.log)
+  [ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 200 ] || { cat resume.log; fail "the resume did not continue a partly committed run"; }
+  cmp one.jsonl dp.jsonl || fail "resumed results differ from one process"
+  /usr/bin/python3 "$check" one.h5 acts/run.h5 || fail "resumed run.h5 differs from one process's file"
+  /usr/bin/python3 "$src/tests/mpi/compare_features.py" one_f.h5 feats/run.h5 acts/run.h5 \
+    || fail "the resumed joined feature file differs from one uninterrupted process's"
+  echo "resumed after $n of 200 prompts"
   ;;
 tp)
   "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
