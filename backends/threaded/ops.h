@@ -45,6 +45,7 @@ void rope(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void add(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void silu_mul(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
+void sae_activation(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);  // SaeActivation, rows split
 void copy_op(const Node& n, ops::Inputs in, const TensorView& out);  // Reshape, Concat, SliceRows (bytes)
 
 }  // namespace sonde::threaded

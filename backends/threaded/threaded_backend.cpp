@@ -287,7 +287,7 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
     case OpKind::EditAffine:
     case OpKind::EditReplace:
     case OpKind::EditProject: ops::run_edit_f32(node, in, out); break;
-    case OpKind::SaeActivation: ops::run_sae_activation_f32(node, in, out); break;
+    case OpKind::SaeActivation: sae_activation(c, node, in, out); break;
     case OpKind::NormRescale: ops::run_norm_rescale_f32(node, in, out); break;
     case OpKind::Sub: ops::run_sub_f32(node, in, out); break;
     default: ops::fail(node, "threaded does not run this op");

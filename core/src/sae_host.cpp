@@ -17,8 +17,19 @@ bool sae_acts_post_hook(const std::string& hook) {
 
 void sparse_row_entries(const float* row, std::int64_t n, std::int64_t k, std::vector<std::int32_t>& idx) {
   idx.clear();
-  for (std::int64_t j = 0; j < n; ++j)
+  // A sparse row is mostly zeros: blocks of 16 without a non-zero are skipped after one
+  // vectorised count.
+  const auto keep = [&](std::int64_t j) {
     if (row[j] != 0.0f) idx.push_back(static_cast<std::int32_t>(j));
+  };
+  std::int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    int nonzero = 0;
+    for (std::int64_t t = 0; t < 16; ++t) nonzero += row[j + t] != 0.0f;
+    if (nonzero)
+      for (std::int64_t t = 0; t < 16; ++t) keep(j + t);
+  }
+  for (; j < n; ++j) keep(j);
   if (k > 0 && static_cast<std::int64_t>(idx.size()) > k) {
     std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), [&](std::int32_t a, std::int32_t b) {
       return row[a] > row[b] || (row[a] == row[b] && a < b);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <cmath>
 
 namespace sonde::test {
 namespace {
@@ -53,6 +54,19 @@ TEST_P(SaeOps, Activations) {
     compare(act(s, SaeAct::Gated), {{pre}, {random_tensor(DType::f32, s, 13, -1, 1)}});
     for (std::int64_t k : {std::int64_t{1}, (N + 1) / 2, N}) compare(act(s, SaeAct::TopK, k), {{pre}});
   }
+}
+
+// An SAE's width (16,384 features and a ragged tail) with few distinct values, so the k-th
+// largest is tied many times over and the lower-index rule decides which of the ties are kept;
+// k at the heap's edges, the 16-value blocks' edges and the whole row.
+TEST_P(SaeOps, TopKWideRowsWithTies) {
+  const Shape s{2, 3, 16384 + 7};
+  std::vector<float> v = values(random_tensor(DType::f32, s, 31, 0, 9));
+  for (auto& x : v) x = std::floor(x) / 4 - 1;  // -1, -0.75, ..., 1: about 1,800 of each a row
+  const auto pre = floats(DType::f32, s, v);
+  for (std::int64_t k : {std::int64_t{1}, std::int64_t{15}, std::int64_t{16}, std::int64_t{64}, std::int64_t{3000},
+                         s.last() - 1, s.last()})
+    compare(act(s, SaeAct::TopK, k), {{pre}});
 }
 
 TEST_P(SaeOps, NormRescaleAndSub) {

@@ -7,6 +7,8 @@
 #   errors         bad input across ranks: one line, non-zero exit of the whole job, no hang
 #   features ARCH N  with an SAE: sparse activations (--sae-sparse) and the feature dashboard
 #                  (--feature-stats) of mpiexec -n N equal one process's (compare_features.py)
+#   features_kill  the features case under the kill case: SIGKILL of one rank, --resume, and the
+#                  joined dashboard equals one uninterrupted process's (compare_features.py)
 #   edges          issue 29's rough edges: mpiexec without --backend sharded (one line, no run),
 #                  an empty --acts folder made beforehand (taken), a one-process --resume of the
 #                  data-parallel run's outputs (one line saying so)
@@ -24,6 +26,18 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 dataset() {  # dataset N: N prompts of mixed lengths
   for i in $(seq 0 $(($1 - 1))); do echo "{\"id\": \"p$i\", \"prompt\": \"item $i: $(seq -s ' ' 1 $((i % 7 + 1)))\"}"; done > in.jsonl
+}
+
+# Waits (up to 60 s: a loaded host starts slowly) until rank 1 of the job $job has committed
+# prompts, then sets victim to one of that job's ranks: a child of this mpiexec, never another
+# run's process that matches the same command line.
+wait_commit_then_pick_victim() {
+  for _ in $(seq 1200); do
+    [ -s dp.jsonl.parts/rank-1.jsonl ] && break; sleep 0.05
+  done
+  [ -s dp.jsonl.parts/rank-1.jsonl ] || { cat kill.log; fail "rank 1 committed nothing within 60 s"; }
+  victim=$(pgrep -P "$job" -n -f -- "--output dp.jsonl" | head -1)
+  [ -n "$victim" ] || fail "no rank of this job to kill"
 }
 
 case $case in
@@ -60,6 +74,32 @@ features)
   /usr/bin/python3 "$src/tests/mpi/compare_features.py" one_f.h5 feats/run.h5 acts/run.h5 \
     || fail "the joined feature file differs from one process's"
   ;;
+features_kill)
+  "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
+  dataset 300
+  gen=(--max-new-tokens 8 --temperature 0 --batch-size 2 --checkpoint-every 2 --threads 1 --sae "$src/tests/data/sae/topk_flat"
+       --sae-sparse nonzero --hooks 'blocks.1.hook_resid_post.hook_sae_acts_post')
+  "$sonde" batch --model m --input in.jsonl --output one.jsonl "${gen[@]}" --acts one.h5 --feature-stats one_f.h5 2>/dev/null
+  mpiexec -n 2 --bind-to none "$@" "$sonde" batch --backend sharded --model m --input in.jsonl --output dp.jsonl \
+    "${gen[@]}" --acts acts --feature-stats feats > kill.log 2>&1 &
+  job=$!
+  wait_commit_then_pick_victim
+  kill -9 "$victim"
+  if wait "$job"; then fail "the job exited 0 after a rank was killed"; fi
+  [ ! -e dp.jsonl ] || fail "a killed job joined its results"
+  [ ! -e feats/run.h5 ] || fail "a killed job joined its feature statistics"
+  timeout 120 mpiexec -n 2 --bind-to none "$@" "$sonde" batch --backend sharded --model m --input in.jsonl \
+    --output dp.jsonl "${gen[@]}" --acts acts --feature-stats feats --resume > resume.log 2>&1 \
+    || { cat resume.log; fail "resume exited $?"; }
+  n=$(sed -n 's/.*resuming after \([0-9]*\) committed prompts.*/\1/p' resume.log)
+  [ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 300 ] || { cat resume.log; fail "the resume did not continue a partly committed run"; }
+  cmp one.jsonl dp.jsonl || fail "resumed results differ from one process"
+  # The activations after a kill are the kill case's (check_join.py takes 8 s here); the top
+  # contexts are still looked up in them, row by row, by compare_features.py.
+  /usr/bin/python3 "$src/tests/mpi/compare_features.py" one_f.h5 feats/run.h5 acts/run.h5 --exact-sums \
+    || fail "the resumed joined feature file differs from one uninterrupted process's"
+  echo "resumed after $n of 300 prompts"
+  ;;
 tp)
   "$sonde" make-model --arch qwen2 --preset tiny --out m >/dev/null
   dataset 30
@@ -79,11 +119,7 @@ kill)
   mpiexec -n 2 --bind-to none "$@" "$sonde" batch --backend sharded --model m --input in.jsonl --output dp.jsonl \
     "${gen[@]}" --hooks 'blocks.*.hook_resid_post' --acts acts > kill.log 2>&1 &
   job=$!
-  for _ in $(seq 400); do  # until rank 1 has committed something
-    [ -s dp.jsonl.parts/rank-1.jsonl ] && break; sleep 0.05
-  done
-  victim=$(pgrep -f -n -- "--output dp.jsonl" | head -1)
-  [ -n "$victim" ] || fail "no rank to kill"
+  wait_commit_then_pick_victim
   kill -9 "$victim"
   t0=$(date +%s)
   if wait "$job"; then fail "the job exited 0 after a rank was killed"; fi
