@@ -25,24 +25,53 @@ inline float lowp_reduce16(__m512 a) {
   return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
-// f.template operator()<mt, RT>(m, r) with mt (1..MT) known at compile time.
-template <int MT, int RT, typename F> inline void lowp_dispatch(i64 mt, i64 m, i64 r, const F& f) {
-  if (mt == MT) return f.template operator()<MT, RT>(m, r);
-  if constexpr (MT > 1) lowp_dispatch<MT - 1, RT>(mt, m, r, f);
+// f.template operator()<mt, RT, Stream>(m, r, rstep) with mt (1..MT) known at compile time: the
+// tile of x rows [m, m + mt) by W rows r + j * rstep (j < RT).
+template <int MT, int RT, bool Stream, typename F> inline void lowp_dispatch(i64 mt, i64 m, i64 r, i64 rstep, const F& f) {
+  if (mt == MT) return f.template operator()<MT, RT, Stream>(m, r, rstep);
+  if constexpr (MT > 1) lowp_dispatch<MT - 1, RT, Stream>(mt, m, r, rstep, f);
 }
 
-// Outputs [0, M) x [n0, n1) as tiles of up to MT x rows by RT W rows (the rows left over one by
-// one): W in chunks of kLowpChunkBytes, each chunk against every tile of x rows. Each output is
-// one tile call's, whatever the tiling: its sum depends on K alone.
+// Up to this many x rows (decode) W is streamed from memory once per call: the kernels are bound
+// by the load path, not by the dot products, so W is read as the f32 GEMV reads it
+// (gemv_avx512.cpp, whose header has the measurements): kLowpStreams long streams, the range
+// [n0, n1) cut into that many runs of rows and a tile taking the next row of each run (the
+// hardware prefetcher follows 4 streams that last the whole call, where the next 4 rows in memory
+// order start new short ones), each stream prefetched kLowpAhead bytes ahead with a non-temporal
+// hint (a weight line is used once per token). Before this, one decode row went through the
+// GEMM's tiles (adjacent rows, no prefetch) at 0.6-0.7x the f32 GEMV's speed per weight
+// although it reads the same bytes or fewer (bench/README.md, 2026-11-28 decode).
+constexpr i64 kLowpStreamRows = 3;
+constexpr int kLowpStreams = 4;
+constexpr i64 kLowpAhead = 1536;
+
+// Prefetches the lines of [p + kLowpAhead, p + kLowpAhead + bytes) (bytes <= 65: one or two lines).
+inline void lowp_prefetch(const void* p, i64 bytes) {
+  const char* a = static_cast<const char*>(p) + kLowpAhead;
+  _mm_prefetch(a, _MM_HINT_NTA);
+  if (bytes > 1) _mm_prefetch(a + bytes - 1, _MM_HINT_NTA);
+}
+
+// Outputs [0, M) x [n0, n1). Few x rows: the streams above, all x rows in each tile. Otherwise
+// tiles of up to MT x rows by RT W rows (the rows left over one by one): W in chunks of
+// kLowpChunkBytes, each chunk against every tile of x rows. Each output is one tile call's,
+// whatever the tiling: its sum depends on K alone.
 template <int MT, int RT, typename F> void lowp_drive(i64 M, i64 n0, i64 n1, i64 rowbytes, const F& f) {
+  static_assert(MT >= kLowpStreamRows);
+  if (M <= kLowpStreamRows) {
+    const i64 run = (n1 - n0) / kLowpStreams;
+    for (i64 i = 0; i < run; ++i) lowp_dispatch<kLowpStreamRows, kLowpStreams, true>(M, 0, n0 + i, run, f);
+    for (i64 r = n0 + kLowpStreams * run; r < n1; ++r) lowp_dispatch<kLowpStreamRows, 1, true>(M, 0, r, 1, f);
+    return;
+  }
   const i64 chunk = std::max<i64>(RT, kLowpChunkBytes / std::max<i64>(1, rowbytes) / RT * RT);
   for (i64 r0 = n0; r0 < n1; r0 += chunk) {
     const i64 r1 = std::min(n1, r0 + chunk);
     for (i64 m = 0; m < M; m += MT) {
       const i64 mt = std::min<i64>(MT, M - m);
       i64 r = r0;
-      for (; r + RT <= r1; r += RT) lowp_dispatch<MT, RT>(mt, m, r, f);
-      for (; r < r1; ++r) lowp_dispatch<MT, 1>(mt, m, r, f);
+      for (; r + RT <= r1; r += RT) lowp_dispatch<MT, RT, false>(mt, m, r, 1, f);
+      for (; r < r1; ++r) lowp_dispatch<MT, 1, false>(mt, m, r, 1, f);
     }
   }
 }
@@ -51,9 +80,10 @@ template <int MT, int RT, typename F> void lowp_drive(i64 M, i64 n0, i64 n1, i64
 // One bf16 tile: x rows xr[0..mt), W rows wr[0..rt), K elements; the full steps unmasked, the
 // last one's W masked (x is zero-padded). Row pointers are local so the loop keeps its
 // accumulators and addresses in registers.
-template <int mt, int rt, typename Madd>
+// Output (i, j) goes to y[i * ldy + j * ys]; Stream: W rows prefetched (lowp_drive).
+template <int mt, int rt, bool Stream, typename Madd>
 inline void lowp_bf16_tile(const std::uint16_t* const* xr, const std::uint16_t* const* wr, i64 K, float* y, i64 ldy,
-                           Madd madd) {
+                           i64 ys, Madd madd) {
   __m512 acc[mt][rt];
   for (int i = 0; i < mt; ++i)
     for (int j = 0; j < rt; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -62,6 +92,7 @@ inline void lowp_bf16_tile(const std::uint16_t* const* xr, const std::uint16_t* 
     __m512i xv[mt];
     for (int i = 0; i < mt; ++i) xv[i] = _mm512_loadu_si512(xr[i] + k);
     for (int j = 0; j < rt; ++j) {
+      if constexpr (Stream) lowp_prefetch(wr[j] + k, 1);
       const __m512i wv = _mm512_loadu_si512(wr[j] + k);
       for (int i = 0; i < mt; ++i) madd(acc[i][j], xv[i], wv);
     }
@@ -76,7 +107,7 @@ inline void lowp_bf16_tile(const std::uint16_t* const* xr, const std::uint16_t* 
     }
   }
   for (int i = 0; i < mt; ++i)
-    for (int j = 0; j < rt; ++j) y[i * ldy + j] = lowp_reduce16(acc[i][j]);
+    for (int j = 0; j < rt; ++j) y[i * ldy + j * ys] = lowp_reduce16(acc[i][j]);
 }
 
 // bf16 tiles: Madd(acc, x, w) adds one step's 32 products to the 16 lanes in lowp.h's order.
@@ -84,12 +115,12 @@ inline void lowp_bf16_tile(const std::uint16_t* const* xr, const std::uint16_t* 
 template <int MT, int RT, typename Madd>
 void lowp_bf16(const std::uint16_t* x, i64 M, i64 ldx, const std::uint16_t* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy,
                Madd madd) {
-  lowp_drive<MT, RT>(M, n0, n1, 2 * K, [&]<int mt, int rt>(i64 m, i64 r) {
+  lowp_drive<MT, RT>(M, n0, n1, 2 * K, [&]<int mt, int rt, bool Stream>(i64 m, i64 r, i64 rstep) {
     const std::uint16_t* xr[mt];
     const std::uint16_t* wr[rt];
     for (int i = 0; i < mt; ++i) xr[i] = x + (m + i) * ldx;
-    for (int j = 0; j < rt; ++j) wr[j] = W + (r + j) * K;
-    lowp_bf16_tile<mt, rt>(xr, wr, K, y + m * ldy + r, ldy, madd);
+    for (int j = 0; j < rt; ++j) wr[j] = W + (r + j * rstep) * K;
+    lowp_bf16_tile<mt, rt, Stream>(xr, wr, K, y + m * ldy + r, ldy, rstep, madd);
   });
 }
 
@@ -108,7 +139,7 @@ template <int MT, int RT, typename Prep, typename Dot>
 void lowp_i8(const std::int8_t* xq, const float* xs, i64 M, i64 ldq, i64 lds, const unsigned char* W, i64 K, i64 n0,
              i64 n1, float* y, i64 ldy, Prep prep, Dot dot) {
   const i64 blocks = (K + kQ8Block - 1) / kQ8Block, rb = q8_row_bytes(K);
-  lowp_drive<MT, RT>(M, n0, n1, rb, [&]<int mt, int rt>(i64 m, i64 r) {
+  lowp_drive<MT, RT>(M, n0, n1, rb, [&]<int mt, int rt, bool Stream>(i64 m, i64 r, i64 rstep) {
     __m512 acc[mt][rt];
     for (int i = 0; i < mt; ++i)
       for (int j = 0; j < rt; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -121,8 +152,9 @@ void lowp_i8(const std::int8_t* xq, const float* xs, i64 M, i64 ldq, i64 lds, co
         sx[i] = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(s[0]), _mm512_set1_ps(s[1]));
       }
       for (int j = 0; j < rt; ++j) {
-        const unsigned char* row = W + (r + j) * rb;
+        const unsigned char* row = W + (r + j * rstep) * rb;
         const unsigned char* blk = row + b * kQ8BlockBytes;
+        if constexpr (Stream) lowp_prefetch(blk, 2 * kQ8BlockBytes);
         const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 4));
         const __m256i hi = b + 1 < blocks ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ8BlockBytes + 4))
                                           : _mm256_setzero_si256();
@@ -137,7 +169,7 @@ void lowp_i8(const std::int8_t* xq, const float* xs, i64 M, i64 ldq, i64 lds, co
       }
     }
     for (int i = 0; i < mt; ++i)
-      for (int j = 0; j < rt; ++j) y[(m + i) * ldy + r + j] = lowp_reduce16(acc[i][j]);
+      for (int j = 0; j < rt; ++j) y[(m + i) * ldy + r + j * rstep] = lowp_reduce16(acc[i][j]);
   });
 }
 

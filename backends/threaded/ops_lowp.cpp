@@ -58,10 +58,11 @@ void linear_lowp(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& 
   const bool int8 = w.q8 || !w.own_q8.data.empty();
   if (!int8) {
     const std::uint16_t* wb = w.bf16 ? w.bf16 : w.own_bf16.data();
-    // x rows as bf16 bits, zero from K to a multiple of 32 (the kernels load whole steps) and
-    // from M to a multiple of 16 rows (AMX loads whole tiles).
-    const std::int64_t ldx = (d.K + 31) / 32 * 32;
-    s.bf16.assign(static_cast<std::size_t>((d.M + 15) / 16 * 16 * ldx), 0);
+    // x rows as bf16 bits, zero from K to a multiple of 32 (the kernels load whole steps) and,
+    // for AMX (packed W), from M to a multiple of 16 rows (it loads whole tiles; padding a decode
+    // row to 16 for the others would zero 15 rows per call for nothing).
+    const std::int64_t ldx = (d.K + 31) / 32 * 32, rows = c.lowp->pack_bf16 ? (d.M + 15) / 16 * 16 : d.M;
+    s.bf16.assign(static_cast<std::size_t>(rows * ldx), 0);
     for_chunks(c.pool, d.M, 8, [&](std::int64_t m0, std::int64_t m1) {
       for (std::int64_t m = m0; m < m1; ++m)
         for (std::int64_t k = 0; k < d.K; ++k)

@@ -78,7 +78,9 @@ struct Shape3 {
 };
 // K: one step, a tail of 3 over 2 steps, 9 steps and an odd block count, 34+ steps; N with
 // tiles' leftovers; M with x tiles' leftovers.
-const Shape3 kShapes[] = {{1, 32, 7}, {5, 67, 37}, {3, 300, 203}, {9, 1100, 40}, {40, 96, 13}};
+// M <= 3 takes the kernels' streaming (decode) path, more rows the tiles; {2, 1000, 90}: rows
+// longer than the prefetch distance, 4 streams of 22 rows and 2 rows left over.
+const Shape3 kShapes[] = {{1, 32, 7}, {5, 67, 37}, {3, 300, 203}, {2, 1000, 90}, {9, 1100, 40}, {40, 96, 13}};
 
 std::vector<Arg> linear_args(const Shape3& s, DType wt, bool bias, unsigned seed) {
   std::vector<Arg> a{{random_tensor(DType::f32, Shape{s.M, s.K}, seed, -2, 2)},
