@@ -56,7 +56,7 @@ def prompts_for(cfg):
     upper = cfg.V - 8
     eos = cfg.raw["eos_token_id"]
     special = [eos, 0, lcg_ids(3, 1, upper)[0], cfg.V - 1, eos, cfg.raw["bos_token_id"], cfg.mask_id]
-    return {"p7": lcg_ids(1, 7, upper), "p23": lcg_ids(2, 23, upper), "p45": lcg_ids(4, 45, upper),
+    return {"p7": lcg_ids(1, 7, upper), "p45": lcg_ids(4, 45, upper),
             "p70": lcg_ids(5, 70, upper), "special": [int(i) for i in special]}
 
 
