@@ -84,6 +84,21 @@ ordered_json llada_config(const MakeOptions& o, const Preset& p, std::int64_t vo
   return c;
 }
 
+// Fast_dLLM_v2_1.5B / _7B's config.json: Qwen2.5-Instruct's fields with its own architecture,
+// model_type and bd_size 32; the mask id too (absent from the published file, where the plugin
+// takes batch_sample's 151665; a small vocabulary puts it at the top).
+void make_fast_dllm_v2(ordered_json& c, const Preset& p, const SpecialIds& ids) {
+  c["architectures"] = {"Fast_dLLM_QwenForCausalLM"};
+  c["auto_map"] = {{"AutoConfig", "configuration.Fast_dLLM_QwenConfig"},
+                   {"AutoModelForCausalLM", "modeling.Fast_dLLM_QwenForCausalLM"}};
+  c["eos_token_id"] = ids.im_end;  // batch_sample's stop_token 151645
+  c["pad_token_id"] = ids.endoftext;
+  c["model_type"] = "Fast_dLLM_Qwen";
+  c["tie_word_embeddings"] = !p.untied_head;
+  c["bd_size"] = 32;
+  c["mask_token_id"] = ids.mask;
+}
+
 ordered_json model_config(const MakeOptions& o, const Preset& p, std::int64_t vocab, const SpecialIds& ids) {
   if (o.arch == "llada") return llada_config(o, p, vocab, ids);
   const bool dream = o.arch == "dream";
@@ -115,6 +130,7 @@ ordered_json model_config(const MakeOptions& o, const Preset& p, std::int64_t vo
   c["use_cache"] = !dream;
   c["use_sliding_window"] = false;
   c["vocab_size"] = vocab;
+  if (o.arch == "fast_dllm_v2") make_fast_dllm_v2(c, p, ids);
   c["sonde_make_model"] = {{"preset", o.preset}, {"seed", o.seed}, {"dtype", o.dtype}};
   return c;
 }
@@ -215,8 +231,8 @@ int cmd_make_model(const Args& args) {
   std::string plugin_dir, log_level = "warn";
   po::options_description desc("make-model options");
   desc.add_options()
-      ("arch", po::value(&o.arch)->default_value("qwen2"), "qwen2, dream or llada")
-      ("preset", po::value(&o.preset)->default_value("tiny"), "tiny, small, qwen2.5-0.5b, dream-7b, llada-8b")
+      ("arch", po::value(&o.arch)->default_value("qwen2"), "qwen2, dream, llada or fast_dllm_v2")
+      ("preset", po::value(&o.preset)->default_value("tiny"), "tiny, small, qwen2.5-0.5b, dream-7b, llada-8b, fast-dllm-v2-1.5b, fast-dllm-v2-7b")
       ("dtype", po::value(&o.dtype)->default_value("f32"), "weight dtype: f32 or bf16")
       ("vocab", po::value(&o.vocab)->default_value(0), "vocabulary size (0: the preset's)")
       ("seed", po::value(&o.seed)->default_value(0), "random seed")
@@ -226,7 +242,7 @@ int cmd_make_model(const Args& args) {
       ("plugin-dir", po::value(&plugin_dir), "look for plugins here first")
       ("log-level", po::value(&log_level)->default_value("warn"), "trace, debug, info, warn, error, off");
   po::variables_map vm;
-  if (!parse_options(args, "usage: sonde make-model --arch qwen2|dream|llada --preset NAME --out DIR [options]", desc, vm))
+  if (!parse_options(args, "usage: sonde make-model --arch qwen2|dream|llada|fast_dllm_v2 --preset NAME --out DIR [options]", desc, vm))
     return 0;
   init_logging(log_level);
   make_model(o, plugin_dir);
@@ -234,8 +250,8 @@ int cmd_make_model(const Args& args) {
 }
 
 void make_model(const MakeOptions& o, const std::string& plugin_dir) {
-  if (o.arch != "qwen2" && o.arch != "dream" && o.arch != "llada")
-    bad_input("--arch: unknown architecture '{}' (qwen2, dream, llada)", o.arch);
+  if (o.arch != "qwen2" && o.arch != "dream" && o.arch != "llada" && o.arch != "fast_dllm_v2")
+    bad_input("--arch: unknown architecture '{}' (qwen2, dream, llada, fast_dllm_v2)", o.arch);
   if (o.dtype != "f32" && o.dtype != "bf16") bad_input("--dtype: '{}' is not f32 or bf16", o.dtype);
   const Preset preset = find_preset(o.preset);
   const std::int64_t vocab = o.vocab ? o.vocab : preset.vocab;

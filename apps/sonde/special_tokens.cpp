@@ -9,8 +9,9 @@
 namespace sonde::cli {
 
 SpecialIds special_ids(const std::string& arch, std::int64_t vocab, bool real_vocab) {
-  const bool dream = arch == "dream";
+  const bool dream = arch == "dream", fdv2 = arch == "fast_dllm_v2";
   SpecialIds s;
+  s.mask_name = fdv2 ? "|<MASK>|" : "<|mask|>";
   s.llada = arch == "llada";
   if (s.llada) {
     // LLaDA-8B's tokenizer: <|startoftext|> 126080, <|endoftext|> 126081, <|mdm_mask|> 126336,
@@ -21,11 +22,12 @@ SpecialIds special_ids(const std::string& arch, std::int64_t vocab, bool real_vo
   } else if (real_vocab) {
     s.endoftext = 151643, s.im_start = 151644, s.im_end = 151645;
     if (dream) s.mask = 151666;
+    if (fdv2) s.mask = 151665;  // Fast-dLLM v2's |<MASK>|, batch_sample's mask_id
   } else {
     const auto v = static_cast<std::int32_t>(vocab);
-    const std::int32_t first = v - (dream ? 4 : 3);
+    const std::int32_t first = v - (dream || fdv2 ? 4 : 3);
     s.endoftext = first, s.im_start = first + 1, s.im_end = first + 2;
-    if (dream) s.mask = first + 3;
+    if (dream || fdv2) s.mask = first + 3;
   }
   s.top = std::max({s.endoftext, s.im_start, s.im_end, s.mask});
   return s;
@@ -37,7 +39,7 @@ std::vector<std::pair<std::string, std::int32_t>> special_tokens(const SpecialId
             {"<|mdm_mask|>", ids.mask}};
   std::vector<std::pair<std::string, std::int32_t>> t{
       {"<|endoftext|>", ids.endoftext}, {"<|im_start|>", ids.im_start}, {"<|im_end|>", ids.im_end}};
-  if (ids.mask >= 0) t.emplace_back("<|mask|>", ids.mask);
+  if (ids.mask >= 0) t.emplace_back(ids.mask_name, ids.mask);
   return t;
 }
 
@@ -62,6 +64,7 @@ std::string tokenizer_config_json(const std::string& arch) {
   c["eos_token"] = "<|endoftext|>";
   c["pad_token"] = "<|endoftext|>";
   if (dream) c["mask_token"] = "<|mask|>";
+  if (arch == "fast_dllm_v2") c["mask_token"] = "|<MASK>|";
   c["chat_template"] = tmpl;
   c["model_max_length"] = 32768;
   c["tokenizer_class"] = "Qwen2Tokenizer";

@@ -14,9 +14,10 @@ struct SpecialIds {
   std::int32_t endoftext = 0, im_start = 0, im_end = 0, mask = -1;
   std::int32_t top = 0;  // the highest special id
   bool llada = false;
+  std::string mask_name = "<|mask|>";  // Fast-dLLM v2: |<MASK>|
 };
 
-// arch: qwen2, dream or llada.
+// arch: qwen2, dream, llada or fast_dllm_v2.
 SpecialIds special_ids(const std::string& arch, std::int64_t vocab, bool real_vocab);
 std::vector<std::pair<std::string, std::int32_t>> special_tokens(const SpecialIds& ids);
 std::string tokenizer_config_json(const std::string& arch);

@@ -71,7 +71,13 @@ std::int64_t block_count(const DiffusionOptions& o) {
 
 }  // namespace
 
+void refuse_block_diffusion() {
+  bad_input("this model decodes by block diffusion (blocks in order over a KV cache, sub-blocks, a confidence "
+            "threshold), which sonde does not run yet: forward passes and their hooks work, generation does not");
+}
+
 void check_diffusion_options(const DiffusionOptions& o) {
+  if (o.loop == DiffusionLoop::BlockDiffusion) refuse_block_diffusion();
   if (o.steps < 1) bad_input("steps must be at least 1, got {}", o.steps);
   if (o.max_new_tokens < 1) bad_input("max_new_tokens must be at least 1, got {}", o.max_new_tokens);
   if (o.loop == DiffusionLoop::SemiArRemasking) {  // generate.py's asserts, as errors

@@ -229,6 +229,7 @@ void resolve_remasking(const GenerationSettings& s, DiffusionOptions& d) {
 }  // namespace
 
 DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg, DiffusionLoop loop) {
+  if (loop == DiffusionLoop::BlockDiffusion) refuse_block_diffusion();
   const auto& gen = cfg.generation;
   DiffusionOptions d;
   d.max_new_tokens = resolve_max_new_tokens(s, cfg);

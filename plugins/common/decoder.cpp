@@ -4,6 +4,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+
 namespace sonde::common {
 namespace {
 
@@ -36,6 +38,32 @@ Ref linear(GraphBuilder& b, Ref x, const std::string& name, bool bias) {
   return bias ? b.linear(x, b.weight(name + ".weight"), b.weight(name + ".bias")) : b.linear(x, b.weight(name + ".weight"));
 }
 
+// Fast-dLLM v2's block-causal attention (its eval_block_diff_mask): the query in slot a (past
+// slots first, then this call's) sees the key in slot u iff u / block <= a / block, so attention is
+// bidirectional inside a block and causal across blocks. Built as one bidirectional attention per
+// block of queries over the keys up to that block's end; a call that stays inside one block (block
+// decoding over a cache of whole blocks) is one attention over every key, independent of the past
+// length as BatchShape requires.
+template <class Attend>
+Ref block_causal(std::int64_t block, const BatchShape& bs, GraphBuilder& b, Ref q, Ref keys, Ref values,
+                 std::optional<Ref> mask, const Attend& attend) {
+  const std::int64_t P = bs.past_tokens, T = bs.tokens;
+  std::optional<Ref> z;
+  for (std::int64_t t = 0; t < T;) {
+    const std::int64_t end = std::min(T, ((P + t) / block + 1) * block - P);  // this block's last query + 1
+    const bool whole = t == 0 && end == T;
+    Ref qs = whole ? q : b.slice_rows(q, t, end);
+    Ref ks = end == T ? keys : b.slice_rows(keys, 0, P + end);
+    Ref vs = end == T ? values : b.slice_rows(values, 0, P + end);
+    std::optional<Ref> ms = mask;
+    if (mask && end != T) ms = b.slice_rows(*mask, 0, P + end);
+    Ref part = attend(OpKind::Attention, qs, ks, vs, ms);
+    z = z ? b.concat1(*z, part) : part;
+    t = end;
+  }
+  return *z;
+}
+
 // q, k, v: x W^T + b, heads kept separate; RoPE on q and k only; attention over all heads;
 // o_proj (Qwen2: without bias).
 Ref attention_block(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b, const Inputs& in,
@@ -65,13 +93,17 @@ Ref attention_block(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b,
     keys = b.concat1(b.input("past_k." + layer, DType::f32, past), rk);
     values = b.concat1(b.input("past_v." + layer, DType::f32, past), v);
   }
-  auto attend = [&](OpKind op) {
-    if (!tp.on()) return op == OpKind::Attention ? b.attention(rq, keys, values, in.mask, s.causal)
-                                                 : b.attention_pattern(rq, keys, values, in.mask, s.causal);
-    return b.attention_sharded(op, rq, keys, values, in.mask, s.causal, sh.q.begin, sh.kv.begin, sh.kv_group);
+  auto attend = [&](OpKind op, Ref qs, Ref ks, Ref vs, std::optional<Ref> mask) {
+    if (!tp.on()) return op == OpKind::Attention ? b.attention(qs, ks, vs, mask, s.causal)
+                                                 : b.attention_pattern(qs, ks, vs, mask, s.causal);
+    return b.attention_sharded(op, qs, ks, vs, mask, s.causal, sh.q.begin, sh.kv.begin, sh.kv_group);
   };
-  Ref z = tp.hook(attend(OpKind::Attention), 2, s.heads, p + "attn.hook_z");
-  tp.hook(attend(OpKind::AttentionPattern), 2, s.heads, p + "attn.hook_pattern");  // computed only if tapped
+  if (s.block_size > 0) {  // block-causal: no single pattern row length, so no attn.hook_pattern
+    Ref z = tp.hook(block_causal(s.block_size, bs, b, rq, keys, values, in.mask, attend), 2, s.heads, p + "attn.hook_z");
+    return b.name(tp.sum(linear(b, b.reshape(z, Shape{B, T, nq * d}), w + n.o, s.out_bias)), p + "hook_attn_out");
+  }
+  Ref z = tp.hook(attend(OpKind::Attention, rq, keys, values, in.mask), 2, s.heads, p + "attn.hook_z");
+  tp.hook(attend(OpKind::AttentionPattern, rq, keys, values, in.mask), 2, s.heads, p + "attn.hook_pattern");  // computed only if tapped
   Ref zf = b.reshape(z, Shape{B, T, nq * d});
   return b.name(tp.sum(linear(b, zf, w + n.o, s.out_bias)), p + "hook_attn_out");
 }

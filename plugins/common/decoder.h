@@ -31,6 +31,9 @@ struct DecoderSpec {
   double rope_theta = 0;
   bool tied_embeddings = false;
   bool causal = true;
+  // > 0: block-causal attention over blocks of this many slots (Fast-dLLM v2's bd_size) instead
+  // of `causal`: bidirectional inside a block, causal across blocks; no attn.hook_pattern.
+  std::int64_t block_size = 0;
   WeightNames names;
   bool qkv_bias = true;   // q, k, v carry a bias (Qwen2)
   bool out_bias = false;  // o, gate, up, down and an untied head carry one too (OLMo's include_bias)

@@ -137,7 +137,7 @@ std::vector<HookPoint> hook_points(const DecoderSpec& s) {
     h.push_back({p + "attn.hook_rot_q", {s.heads, s.head_dim}});
     h.push_back({p + "attn.hook_rot_k", {s.kv_heads, s.head_dim}});
     h.push_back({p + "attn.hook_z", {s.heads, s.head_dim}});
-    h.push_back({p + "attn.hook_pattern", {s.heads, kKeysDim}});
+    if (s.block_size == 0) h.push_back({p + "attn.hook_pattern", {s.heads, kKeysDim}});
     h.push_back({p + "hook_attn_out", {H}});
     h.push_back({p + "hook_resid_mid", {H}});
     h.push_back({p + "ln2.hook_out", {H}});

@@ -40,8 +40,8 @@ TEST_F(DreamVariants, ThePublishedLayoutGenerates) {
 }
 
 TEST_F(DreamVariants, AnUnknownModelTypeNamesTheFileAndField) {
-  set("config.json", "model_type", "Fast_dLLM_Qwen");
-  EXPECT_TRUE(one_line_error(generate(), "generate", {(model_ / "config.json").string(), "model_type", "Fast_dLLM_Qwen"},
+  set("config.json", "model_type", "sdar");  // SDAR, a block-diffusion family without a plugin
+  EXPECT_TRUE(one_line_error(generate(), "generate", {(model_ / "config.json").string(), "model_type", "sdar"},
                              {"no model plugin"}));
 }
 

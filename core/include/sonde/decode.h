@@ -161,6 +161,8 @@ struct DiffusionOptions {
 // origin or confidence_threshold, fewer steps than blocks, refresh_every < 0 or set without a
 // cached mode.
 void check_diffusion_options(const DiffusionOptions& o);
+// BadInput for a model whose published decoding is DiffusionLoop::BlockDiffusion: no loop runs it yet.
+[[noreturn]] void refuse_block_diffusion();
 
 // The blocks of the generation (slots [start, start + length) after the prompt) and the steps
 // each gets: exact mode is one block of max_new_tokens slots with all the steps; block mode gives
