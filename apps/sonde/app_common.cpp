@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include <sonde/did_you_mean.h>
 #include <sonde/error.h>
 #include <sonde/log.h>
 #include <sonde/registry.h>
@@ -40,6 +41,20 @@ void add_common_options(po::options_description& desc, CommonOptions& o, bool wi
       ("config", po::value(&o.config_file), "read options from this file (key = value lines)");
 }
 
+namespace {
+// An unknown flag, with the closest of the command's own (the rule every front end suggests by:
+// did_you_mean.h), so that `--positons` gets the name Python's capture and serve's body get.
+[[noreturn]] void refuse_unknown_flag(const po::unknown_option& e, const po::options_description& all) {
+  std::string name = e.get_option_name();
+  name.erase(0, name.find_first_not_of('-'));
+  std::vector<std::string> names;
+  for (const auto& o : all.options()) names.push_back(o->long_name());
+  std::string hint;
+  for (const auto& c : closest_names(name, names, 2)) hint += (hint.empty() ? "; did you mean: --" : ", --") + c;
+  throw po::error(std::string(e.what()) + hint);
+}
+}  // namespace
+
 bool parse_options(const std::vector<std::string>& args, const std::string& usage,
                    const po::options_description& desc, po::variables_map& vm,
                    const po::positional_options_description* positional) {
@@ -48,7 +63,11 @@ bool parse_options(const std::vector<std::string>& args, const std::string& usag
   po::command_line_parser parser(args);
   parser.options(all);
   if (positional) parser.positional(*positional);
-  po::store(parser.run(), vm);
+  try {
+    po::store(parser.run(), vm);
+  } catch (const po::unknown_option& e) {
+    refuse_unknown_flag(e, all);
+  }
   if (vm.count("help")) {
     std::cout << usage << "\n\n" << all << "\n";
     return false;
@@ -57,7 +76,11 @@ bool parse_options(const std::vector<std::string>& args, const std::string& usag
     const auto file = vm["config"].as<std::string>();
     std::ifstream in(file);
     if (!in) bad_input("--config: cannot read '{}'", file);
-    po::store(po::parse_config_file(in, all), vm);
+    try {
+      po::store(po::parse_config_file(in, all), vm);
+    } catch (const po::unknown_option& e) {
+      refuse_unknown_flag(e, all);
+    }
   }
   po::notify(vm);
   return true;

@@ -1,6 +1,7 @@
 // run_schema.h: the run options' table, and the check every JSON front end makes against it.
 #include <sonde/did_you_mean.h>
 #include <sonde/error.h>
+#include <sonde/request.h>
 #include <sonde/run_schema.h>
 
 #include <algorithm>
@@ -41,6 +42,25 @@ std::string kind_list(const std::vector<RunKind>& kinds) {
   return s;
 }
 
+const RunOptionSpec* find_option(const std::string& name) {
+  const auto& table = run_option_schema();
+  const auto it = std::find_if(table.begin(), table.end(), [&](const RunOptionSpec& s) { return s.name == name; });
+  return it == table.end() ? nullptr : &*it;
+}
+
+bool applies(const RunOptionSpec& spec, RunKind kind) {
+  return std::find(spec.kinds.begin(), spec.kinds.end(), kind) != spec.kinds.end();
+}
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// "does not apply to a forward run (it applies to generate)": the same words from every front end.
+std::string not_for_kind(const RunOptionSpec& spec, RunKind kind) {
+  return fmt::format("does not apply to a {} run (it applies to {})", run_kind_name(kind), kind_list(spec.kinds));
+}
+
 }  // namespace
 
 const std::vector<RunOptionSpec>& run_option_schema() {
@@ -49,9 +69,11 @@ const std::vector<RunOptionSpec>& run_option_schema() {
       {"command", OptionType::String, kAll, "recorded in run_config_json"},
       {"overwrite", OptionType::Bool, kAll, "replace existing outputs (check_outputs)"},
       {"sinks", OptionType::List, kAll, "[{name, path, overwrite}]"},
-      {"capture", OptionType::Object, {K::Forward, K::Generate, K::Score}, "hooks, positions, diffusion_capture, storage, compress"},
+      {"capture", OptionType::Object, {K::Forward, K::Generate, K::Score}, "what to capture (docs/capture.md)",
+       {"hooks", "positions", "diffusion_capture", "storage", "compress", "sae_sparse"}},
       {"edits", OptionType::List, {K::Forward, K::Generate}, "interventions (docs/interventions.md)"},
-      {"defaults", OptionType::Object, {K::Generate, K::Lens}, "generation settings under every request's own"},
+      {"defaults", OptionType::Object, {K::Generate, K::Lens}, "generation settings under every request's own",
+       GenerationSettings::keys()},
       {"seed", OptionType::Int, {K::Generate, K::Score}, "request i without a seed uses seed + i"},
       {"results_path", OptionType::String, {K::Generate, K::Score}, "one JSON line per request"},
       {"dataset", OptionType::String, {K::Generate, K::Score}, "a JSONL file of requests"},
@@ -64,8 +86,8 @@ const std::vector<RunOptionSpec>& run_option_schema() {
       {"checkpoint_every", OptionType::Int, {K::Generate}, "requests between checkpoints"},
       {"checkpoint_seconds", OptionType::Number, {K::Generate}, "seconds between checkpoints"},
       {"skip_bad", OptionType::Bool, {K::Generate}, "skip a request that cannot run"},
-      {"score", OptionType::Object, {K::Score}, "samples, coupled, record_masks"},
-      {"lens", OptionType::Object, {K::Lens}, "top_k, diffusion"},
+      {"score", OptionType::Object, {K::Score}, "scoring settings", {"samples", "coupled", "record_masks"}},
+      {"lens", OptionType::Object, {K::Lens}, "lens settings", {"top_k", "diffusion"}},
   };
   return table;
 }
@@ -92,24 +114,46 @@ RunKind run_kind_from_name(const std::string& name) {
 void check_run_options(const nlohmann::json& options, RunKind kind, const std::vector<std::string>& front_end,
                        const std::string& what) {
   if (!options.is_object()) bad_input("{}: expected a JSON object, got {}", what, options.dump());
-  const auto& table = run_option_schema();
   // Named copies, not a structured binding: clang 14 (the fuzz build's compiler) cannot capture a
-  // binding in the lambda below.
+  // binding in a lambda.
   for (const auto& item : options.items()) {
     const std::string key = item.key();
     const nlohmann::json& value = item.value();
-    if (std::find(front_end.begin(), front_end.end(), key) != front_end.end()) continue;
-    const auto spec = std::find_if(table.begin(), table.end(), [&](const RunOptionSpec& s) { return s.name == key; });
-    if (spec == table.end()) {
+    if (contains(front_end, key)) continue;
+    const RunOptionSpec* spec = find_option(key);
+    if (!spec) {
       std::vector<std::string> names = front_end;
-      for (const auto& s : table) names.push_back(s.name);
+      for (const auto& s : run_option_schema()) names.push_back(s.name);
       bad_input("{}: unknown option \"{}\"{}", what, key, did_you_mean(key, names, 2));
     }
-    if (std::find(spec->kinds.begin(), spec->kinds.end(), kind) == spec->kinds.end())
-      bad_input("{}: option \"{}\" does not apply to a {} run (it applies to {})", what, key, run_kind_name(kind),
-                kind_list(spec->kinds));
+    if (!applies(*spec, kind)) bad_input("{}: option \"{}\" {}", what, key, not_for_kind(*spec, kind));
     if (!has_type(value, spec->type))
       bad_input("{}: option \"{}\" must be {}, got {}", what, key, type_name(spec->type), value.dump());
+    if (spec->type != OptionType::Object || spec->keys.empty()) continue;
+    for (const auto& sub : value.items())
+      if (!contains(spec->keys, sub.key()))
+        bad_input("{}: unknown option \"{}\"{}", key, sub.key(), did_you_mean(sub.key(), spec->keys, 2));
+  }
+}
+
+void check_flat_options(const nlohmann::json& fields, RunKind kind, const std::vector<std::string>& own,
+                        const std::vector<OptionAlias>& aliases) {
+  if (!fields.is_object()) bad_input("expected a JSON object, got {}", fields.dump());
+  for (const auto& item : fields.items()) {
+    const std::string key = item.key();
+    if (contains(own, key)) continue;
+    const auto alias = std::find_if(aliases.begin(), aliases.end(), [&](const OptionAlias& a) { return a.field == key; });
+    if (alias == aliases.end()) {
+      std::vector<std::string> names = own;
+      for (const auto& a : aliases) names.push_back(a.field);
+      bad_setting(key.c_str(), "unknown field{}", did_you_mean(key, names, 2));
+    }
+    const std::string top = alias->path.substr(0, alias->path.find('.'));
+    const RunOptionSpec* spec = find_option(top);
+    const std::string sub = top.size() < alias->path.size() ? alias->path.substr(top.size() + 1) : "";
+    if (!spec || (!sub.empty() && !contains(spec->keys, sub)))
+      runtime_error("the field {} stands for run option {}, which the run options' table does not have", key, alias->path);
+    if (!applies(*spec, kind)) bad_setting(key.c_str(), "{}", not_for_kind(*spec, kind));
   }
 }
 

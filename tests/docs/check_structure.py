@@ -6,7 +6,8 @@
 - the front ends ask ModelInfo::diffusion(), not which DecodingKind: `DecodingKind::` appears in
   apps/ at most once;
 - no plugin compiles another plugin's sources: a CMakeLists.txt under backends/, hooks/ or plugins/
-  names no source of a sibling folder (shared code is a library: plugins/common, hooks/h5util);
+  names no source or folder of a sibling (shared code is a library: plugins/common, hooks/h5util),
+  and no source there includes another folder's file by a relative path ("../hdf5/h5_handles.h");
 - capture policy stays out of the model plugins: none includes <sonde/capture.h>;
 - core asks for no sink plugin by a literal name (`.sink("hdf5")`): it finds an array reader by what
   the reader reads (array_reader_for), the sinks a run opens by the names the run is given;
@@ -84,6 +85,16 @@ def main() -> int:
                 for m in re.finditer(r"\$\{PROJECT_SOURCE_DIR\}/(backends|hooks|plugins)/([\w-]+)/\S+\.(cpp|c)\b", code):
                     if m.group(2) != own:
                         breaches.append(f"{cm.relative_to(root)}:{i}: plugin '{own}' compiles {m.group(1)}/{m.group(2)}'s source")
+                # Nor reaches into a sibling's folder another way (a relative path, an include
+                # directory): what two plugins share is a library they both link.
+                for m in re.finditer(r"(?:\$\{(?:CMAKE_SOURCE_DIR|PROJECT_SOURCE_DIR|CMAKE_CURRENT_SOURCE_DIR)\}/)?\.\./([\w-]+)|"
+                                     r"\$\{(?:CMAKE_SOURCE_DIR|PROJECT_SOURCE_DIR)\}/(?:backends|hooks|plugins)/([\w-]+)", code):
+                    other = m.group(1) or m.group(2)
+                    if other != own and not m.group(0).endswith((".cpp", ".c")):
+                        breaches.append(f"{cm.relative_to(root)}:{i}: plugin '{own}' names {other}'s folder: share a library instead")
+        for src in sorted((root / top).rglob("*")):
+            if src.suffix in (".cpp", ".h") and re.search(r'#include\s+"\.\./', src.read_text(encoding="utf-8")):
+                breaches.append(f"{src.relative_to(root)}: includes a file of another folder by a relative path")
 
     for src in sorted((root / "plugins").rglob("*")):
         if src.suffix in (".cpp", ".h") and "<sonde/capture.h>" in src.read_text(encoding="utf-8"):

@@ -98,6 +98,30 @@ class Safety(ServeCase):
             self.assertEqual((status, out["error"]["param"]), (400, field), out)
             self.assertIn(field, out["error"]["message"])
 
+    def test_misspelt_and_inapplicable_fields_name_the_closest(self):
+        """Fields are checked against the run options' table (run_schema.h), as Python's options are:
+        a misspelt one is refused with the closest valid name, one that does not apply to the
+        endpoint's run kind (a forward pass for /v1/activations) with the kinds it applies to."""
+        cases = [
+            ("/v1/completions", {"prompt": [1], "hooks": HOOK, "positons": "last"}, "positons",
+             "positons: unknown field; did you mean: positions"),
+            ("/v1/completions", {"prompt": [1], "temprature": 0}, "temprature",
+             "temprature: unknown field; did you mean: temperature"),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_token": 2}, "max_token",
+             "max_token: unknown field; did you mean: max_tokens"),
+            ("/v1/activations", {"prompt": [1], "hoks": HOOK}, "hoks", "hoks: unknown field; did you mean: hooks"),
+            ("/v1/activations", {"prompt": [1], "hooks": HOOK, "seed": 3}, "seed",
+             "seed: does not apply to a forward run (it applies to generate, score)"),
+            ("/v1/activations", {"prompt": [1], "hooks": HOOK, "temperature": 0}, "temperature",
+             "temperature: does not apply to a forward run (it applies to generate, lens)"),
+            ("/v1/activations", {"prompt": [1], "hooks": HOOK, "stream": True}, "stream", "stream: unknown field"),
+        ]
+        for path, body, field, message in cases:
+            status, out = self.server.post(path, body)
+            self.assertEqual(status, 400, (path, body, out))
+            self.assertEqual(out["error"], {"message": message, "type": "invalid_request_error", "param": field,
+                                            "code": None}, (path, body))
+
     def test_oversized_body_is_413(self):
         status, out = self.server.post("/v1/completions", {"prompt": [1] * 30000})
         self.assertEqual(status, 413, out)

@@ -1,10 +1,7 @@
 #include "options.h"
 
-#include <algorithm>
-
 #include <sonde/edit_spec.h>
 #include <sonde/error.h>
-#include <sonde/did_you_mean.h>
 #include <sonde/run_schema.h>
 
 namespace sonde::py {
@@ -37,18 +34,7 @@ Request parse_request(const json& j, std::size_t index) {
   return r;
 }
 
-// The keys of a nested option (capture, score, lens): any other is refused, with the closest names,
-// instead of being dropped without a word (a misspelt option would otherwise change nothing).
-void check_keys(const json& o, const std::vector<std::string>& known, const char* what) {
-  if (!o.is_object()) bad_input("{}: expected a JSON object, got {}", what, o.dump());
-  for (const auto& [key, value] : o.items()) {
-    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    bad_input("{}: unknown option \"{}\"{}", what, key, did_you_mean(key, known, 2));
-  }
-}
-
 CaptureSettings parse_capture(const json& j) {
-  check_keys(j, {"hooks", "positions", "diffusion_capture", "storage", "compress", "sae_sparse"}, "capture");
   CaptureSettings c;
   c.hooks = j.value("hooks", "");
   c.positions = j.value("positions", "all");
@@ -68,19 +54,18 @@ CallSpec parse_call(const std::string& requests_json, const std::string& options
     const json reqs = json::parse(requests_json);
     for (std::size_t i = 0; i < reqs.size(); ++i) c.requests.push_back(parse_request(reqs[i], i));
     const json o = json::parse(options_json);
-    // The run layer's table (run_schema.h) for the run's kind, plus this layer's own keys.
+    // The run layer's table (run_schema.h) for the run's kind, plus this layer's own keys; the
+    // table's check covers the keys of capture, score, lens and defaults too.
     const RunKind kind = run_kind_from_name(o.is_object() ? o.value("kind", "generate") : "generate");
     check_run_options(o, kind, {"memory", "stream", "progress", "stop_mid_batch"}, "options");
     RunOptions& r = c.options;
     r.kind = kind;
     if (o.contains("score")) {
       const json& sc = o["score"];
-      check_keys(sc, {"samples", "coupled", "record_masks"}, "score");
       r.score = ScoreSettings{sc.value("samples", std::int64_t{32}), sc.value("coupled", false), sc.value("record_masks", false)};
     }
     if (o.contains("lens")) {
       const json& le = o["lens"];
-      check_keys(le, {"top_k", "diffusion"}, "lens");
       r.lens = LensSettings{le.value("top_k", std::int64_t{5}), le.value("diffusion", false)};
     }
     r.command = o.value("command", "python");

@@ -5,6 +5,7 @@
 #include "protocol_fields.h"
 
 #include <sonde/error.h>
+#include <sonde/run_schema.h>
 
 #include <fmt/format.h>
 
@@ -191,26 +192,59 @@ GenerationSettings settings_of(const json& body, const ModelTraits& m, ParsedReq
 
 // ---- the endpoints' fields ----------------------------------------------------------------------
 
-const std::set<std::string>& known_fields(Endpoint e) {
-  static const std::set<std::string> common{"model", "user", "seed", "temperature", "top_p", "top_k", "stop",
-                                            "max_tokens", "stream", "stream_options", "n", "presence_penalty",
-                                            "frequency_penalty", "logit_bias", "repetition_penalty", "hooks",
-                                            "positions", "diffusion_capture", "storage", "activations_file", "edits",
-                                            "steer", "steps", "alg", "eps", "alg_temp", "diffusion_mode",
-                                            "block_size", "threshold", "tokens_per_step", "refresh_every"};
-  static const std::set<std::string> completions = [] {
-    auto s = common;
-    s.insert({"prompt", "echo", "logprobs", "best_of", "suffix"});
-    return s;
-  }();
-  static const std::set<std::string> chat = [] {
-    auto s = common;
-    s.insert({"messages", "logprobs", "top_logprobs", "max_completion_tokens"});
-    return s;
-  }();
-  static const std::set<std::string> activations{"model", "prompt", "messages", "hooks", "storage", "activations_file",
-                                                 "logits", "edits", "steer"};
+// The body's fields that are run options, by the name the run options' table (run_schema.h) gives
+// them: the one place serve's names meet the schema's, so that an unknown field or one that does
+// not apply to the endpoint's run kind is refused with the same table and the same close names as
+// Python's options.
+const std::vector<OptionAlias>& run_option_fields() {
+  static const std::vector<OptionAlias> a{
+      {"seed", "seed"},
+      {"max_tokens", "defaults.max_new_tokens"},
+      {"temperature", "defaults.temperature"},
+      {"top_p", "defaults.top_p"},
+      {"top_k", "defaults.top_k"},
+      {"repetition_penalty", "defaults.repetition_penalty"},
+      {"stop", "defaults.stop"},
+      {"steps", "defaults.steps"},
+      {"alg", "defaults.alg"},
+      {"eps", "defaults.eps"},
+      {"alg_temp", "defaults.alg_temp"},
+      {"diffusion_mode", "defaults.diffusion_mode"},
+      {"block_size", "defaults.block_size"},
+      {"threshold", "defaults.threshold"},
+      {"tokens_per_step", "defaults.tokens_per_step"},
+      {"refresh_every", "defaults.refresh_every"},
+      {"hooks", "capture.hooks"},
+      {"positions", "capture.positions"},
+      {"diffusion_capture", "capture.diffusion_capture"},
+      {"storage", "capture.storage"},
+      {"edits", "edits"},
+      {"steer", "edits"},
+  };
+  return a;
+}
+
+// The endpoints' own fields, outside the run options: OpenAI's (those sonde does not implement are
+// taken at their neutral value only, neutral_only), and where the rows and logits go.
+const std::vector<std::string>& own_fields(Endpoint e) {
+  static const std::vector<std::string> completions{"model", "user", "prompt", "stream", "stream_options", "n", "best_of",
+                                                    "presence_penalty", "frequency_penalty", "logit_bias", "suffix",
+                                                    "echo", "logprobs", "activations_file"};
+  static const std::vector<std::string> chat{"model", "user", "messages", "stream", "stream_options", "n",
+                                             "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
+                                             "top_logprobs", "max_completion_tokens", "activations_file"};
+  static const std::vector<std::string> activations{"model", "prompt", "messages", "activations_file", "logits"};
   return e == Endpoint::Completions ? completions : e == Endpoint::Chat ? chat : activations;
+}
+
+void check_fields(Endpoint e, const json& body) {
+  try {
+    check_flat_options(body, e == Endpoint::Activations ? RunKind::Forward : RunKind::Generate, own_fields(e),
+                       run_option_fields());
+  } catch (const Error& err) {
+    if (err.kind() != ErrorKind::BadInput) throw;
+    throw ApiError(400, err.setting(), err.what());
+  }
 }
 
 // Fields of OpenAI's that sonde does not implement: accepted at their neutral value only.
@@ -266,9 +300,7 @@ void output_options(const json& body, ParsedRequest& out, const ModelTraits& m) 
 ParsedRequest parse_request(Endpoint endpoint, const nlohmann::json& body, const ModelTraits& m) {
   using namespace protocol_impl;
   if (!body.is_object()) throw ApiError(400, "", "the request body must be a JSON object");
-  const auto& known = known_fields(endpoint);
-  for (const auto& [key, v] : body.items())
-    if (!known.count(key)) bad_field(key, "unknown field");
+  check_fields(endpoint, body);
   ParsedRequest out;
   out.endpoint = endpoint;
   neutral_only(body);

@@ -80,6 +80,8 @@ void capture_of(const json& body, ParsedRequest& out, const ModelTraits& m) {
   if (present(body, "diffusion_capture") && !m.diffusion) bad_field("diffusion_capture", "only a diffusion model has steps");
   if (out.endpoint == Endpoint::Activations && c.hooks.empty()) bad_field("hooks", "missing (which hooks to return)");
   if (out.endpoint == Endpoint::Activations && present(body, "positions")) bad_field("positions", "a forward pass returns every position");
+  if (out.endpoint == Endpoint::Activations && present(body, "diffusion_capture"))
+    bad_field("diffusion_capture", "a forward pass has no denoising steps");
   const auto checked = [&](const char* key, auto&& fn) {
     try {
       fn();

@@ -19,6 +19,7 @@ struct RunOptionSpec {
   OptionType type;
   std::vector<RunKind> kinds;  // the run kinds it applies to
   std::string help;
+  std::vector<std::string> keys;  // an object's keys, checked like the options' own; empty: not checked here
 };
 
 const std::vector<RunOptionSpec>& run_option_schema();
@@ -28,9 +29,28 @@ const char* run_kind_name(RunKind k);  // forward, generate, score, lens
 RunKind run_kind_from_name(const std::string& name);
 
 // Checks a JSON object of run options for `kind`: every key in the table (or in `front_end`, the
-// caller's own keys, which apply to every kind), of the table's type and applying to `kind`.
-// BadInput naming `what`, the key and the closest valid names.
+// caller's own keys, which apply to every kind), of the table's type and applying to `kind`, and
+// an object option's keys among its `keys`. BadInput naming `what` (or the object option), the
+// key and the closest valid names.
 void check_run_options(const nlohmann::json& options, RunKind kind, const std::vector<std::string>& front_end,
                        const std::string& what);
+
+// A front end whose options are flat fields (sonde serve's request body: "positions", "steps")
+// names each schema option it takes by its own field: {"positions", "capture.positions"},
+// {"steps", "defaults.steps"}, {"seed", "seed"}. The path is a table option, or an object option
+// and one of its keys.
+struct OptionAlias {
+  std::string field;
+  std::string path;
+};
+
+// The flat counterpart of check_run_options, with the same table and the same rule for close
+// names: every key of `fields` is one of `own` (the front end's own fields, for any kind) or an
+// alias whose option applies to `kind`. A refusal is BadInput with setting() the field:
+// "positons: unknown field; did you mean: positions", "steps: does not apply to a forward run (it
+// applies to generate, lens)". An alias whose path is not in the table is the front end's bug:
+// RuntimeFailure.
+void check_flat_options(const nlohmann::json& fields, RunKind kind, const std::vector<std::string>& own,
+                        const std::vector<OptionAlias>& aliases);
 
 }  // namespace sonde
