@@ -20,7 +20,7 @@ inline void madd_bf16_emulated(__m512& acc, __m512i x, __m512i w) {
 
 void gemm_bf16_avx512(const std::uint16_t* x, i64 M, i64 ldx, const std::uint16_t* W, i64 K, i64 n0, i64 n1, float* y,
                       i64 ldy) {
-  lowp_bf16<4, 4>(x, M, ldx, W, K, n0, n1, y, ldy, [](__m512& a, __m512i xv, __m512i wv) { madd_bf16_emulated(a, xv, wv); });
+  lowp_bf16<4, 4, 4, 4>(x, M, ldx, W, K, n0, n1, y, ldy, [](__m512& a, __m512i xv, __m512i wv) { madd_bf16_emulated(a, xv, wv); });
 }
 
 struct Wide16 {
@@ -41,7 +41,7 @@ void gemm_i8_avx512(const std::int8_t* xq, const float* xs, i64 M, i64 ldq, i64 
   const auto prep = [](__m512i w) {
     return Wide16{_mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)), _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(w, 1))};
   };
-  lowp_i8<3, 4>(xq, xs, M, ldq, lds, W, K, n0, n1, y, ldy, prep,
+  lowp_i8<3, 4, 3, 4>(xq, xs, M, ldq, lds, W, K, n0, n1, y, ldy, prep,
                 [](__m512i xv, __m512i wv, const Wide16& w16) { return dot_i8_emulated(xv, wv, w16); });
 }
 

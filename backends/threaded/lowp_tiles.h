@@ -52,16 +52,34 @@ inline void lowp_prefetch(const void* p, i64 bytes) {
   if (bytes > 1) _mm_prefetch(a + bytes - 1, _MM_HINT_NTA);
 }
 
-// Outputs [0, M) x [n0, n1). Few x rows: the streams above, all x rows in each tile. Otherwise
-// tiles of up to MT x rows by RT W rows (the rows left over one by one): W in chunks of
-// kLowpChunkBytes, each chunk against every tile of x rows. Each output is one tile call's,
-// whatever the tiling: its sum depends on K alone.
-template <int MT, int RT, typename F> void lowp_drive(i64 M, i64 n0, i64 n1, i64 rowbytes, const F& f) {
-  static_assert(MT >= kLowpStreamRows);
+// From kLowpStreamRows + 1 up to this many x rows (a batch's decode step, an engine step) W is
+// still streamed once per call, each group of W rows (one from each of the streams' runs) against
+// every tile of x rows while it sits in L1. At 16 rows the tiles' dot products take about as long
+// as W's read from memory (bench/README.md, "Batched decode"), so that read has to overlap them:
+// the prefill tiling below passes each 128 KB chunk of W from memory into L2 with its first tile
+// of x rows and then computes from L2, the two one after the other. Past this many rows the x
+// rows no longer stay in L2 beside the stream and the chunks win.
+constexpr i64 kLowpBatchRows = 64;
+
+// Outputs [0, M) x [n0, n1). Few x rows: the streams above, all x rows in each tile. A batch:
+// the streams in groups of BR W rows, each against tiles of up to BM x rows. Otherwise tiles of
+// up to MT x rows by RT W rows (the rows left over one by one): W in chunks of kLowpChunkBytes,
+// each chunk against every tile of x rows. Each output is one tile call's, whatever the tiling:
+// its sum depends on K alone.
+template <int MT, int RT, int BM, int BR, typename F> void lowp_drive(i64 M, i64 n0, i64 n1, i64 rowbytes, const F& f) {
+  static_assert(MT >= kLowpStreamRows && BM >= 1 && BR >= 1);
   if (M <= kLowpStreamRows) {
     const i64 run = (n1 - n0) / kLowpStreams;
     for (i64 i = 0; i < run; ++i) lowp_dispatch<kLowpStreamRows, kLowpStreams, true>(M, 0, n0 + i, run, f);
     for (i64 r = n0 + kLowpStreams * run; r < n1; ++r) lowp_dispatch<kLowpStreamRows, 1, true>(M, 0, r, 1, f);
+    return;
+  }
+  if (M <= kLowpBatchRows) {
+    const i64 run = (n1 - n0) / BR;
+    for (i64 i = 0; i < run; ++i)
+      for (i64 m = 0; m < M; m += BM) lowp_dispatch<BM, BR, true>(std::min<i64>(BM, M - m), m, n0 + i, run, f);
+    for (i64 r = n0 + BR * run; r < n1; ++r)
+      for (i64 m = 0; m < M; m += BM) lowp_dispatch<BM, 1, true>(std::min<i64>(BM, M - m), m, r, 1, f);
     return;
   }
   const i64 chunk = std::max<i64>(RT, kLowpChunkBytes / std::max<i64>(1, rowbytes) / RT * RT);
@@ -88,22 +106,37 @@ inline void lowp_bf16_tile(const std::uint16_t* const* xr, const std::uint16_t* 
   for (int i = 0; i < mt; ++i)
     for (int j = 0; j < rt; ++j) acc[i][j] = _mm512_setzero_ps();
   i64 k = 0;
-  for (; k + 32 <= K; k += 32) {
-    __m512i xv[mt];
-    for (int i = 0; i < mt; ++i) xv[i] = _mm512_loadu_si512(xr[i] + k);
-    for (int j = 0; j < rt; ++j) {
-      if constexpr (Stream) lowp_prefetch(wr[j] + k, 1);
-      const __m512i wv = _mm512_loadu_si512(wr[j] + k);
-      for (int i = 0; i < mt; ++i) madd(acc[i][j], xv[i], wv);
+  if constexpr (Stream) {
+    // The rt W vectors in registers and each x row loaded once against them: mt x rt
+    // accumulators, rt W and 1 x register (the x rows come from L1/L2, W from the stream).
+    for (; k + 32 <= K; k += 32) {
+      __m512i wv[rt];
+      for (int j = 0; j < rt; ++j) {
+        lowp_prefetch(wr[j] + k, 1);
+        wv[j] = _mm512_loadu_si512(wr[j] + k);
+      }
+      for (int i = 0; i < mt; ++i) {
+        const __m512i xv = _mm512_loadu_si512(xr[i] + k);
+        for (int j = 0; j < rt; ++j) madd(acc[i][j], xv, wv[j]);
+      }
+    }
+  } else {
+    for (; k + 32 <= K; k += 32) {
+      __m512i xv[mt];
+      for (int i = 0; i < mt; ++i) xv[i] = _mm512_loadu_si512(xr[i] + k);
+      for (int j = 0; j < rt; ++j) {
+        const __m512i wv = _mm512_loadu_si512(wr[j] + k);
+        for (int i = 0; i < mt; ++i) madd(acc[i][j], xv[i], wv);
+      }
     }
   }
   if (k < K) {
     const __mmask32 wmask = (__mmask32(1) << (K - k)) - 1;
-    __m512i xv[mt];
-    for (int i = 0; i < mt; ++i) xv[i] = _mm512_loadu_si512(xr[i] + k);
-    for (int j = 0; j < rt; ++j) {
-      const __m512i wv = _mm512_maskz_loadu_epi16(wmask, wr[j] + k);
-      for (int i = 0; i < mt; ++i) madd(acc[i][j], xv[i], wv);
+    __m512i wv[rt];
+    for (int j = 0; j < rt; ++j) wv[j] = _mm512_maskz_loadu_epi16(wmask, wr[j] + k);
+    for (int i = 0; i < mt; ++i) {
+      const __m512i xv = _mm512_loadu_si512(xr[i] + k);
+      for (int j = 0; j < rt; ++j) madd(acc[i][j], xv, wv[j]);
     }
   }
   for (int i = 0; i < mt; ++i)
@@ -112,10 +145,10 @@ inline void lowp_bf16_tile(const std::uint16_t* const* xr, const std::uint16_t* 
 
 // bf16 tiles: Madd(acc, x, w) adds one step's 32 products to the 16 lanes in lowp.h's order.
 // x rows are zero-padded to a multiple of 32 (full loads); the last W step is masked.
-template <int MT, int RT, typename Madd>
+template <int MT, int RT, int BM, int BR, typename Madd>
 void lowp_bf16(const std::uint16_t* x, i64 M, i64 ldx, const std::uint16_t* W, i64 K, i64 n0, i64 n1, float* y, i64 ldy,
                Madd madd) {
-  lowp_drive<MT, RT>(M, n0, n1, 2 * K, [&]<int mt, int rt, bool Stream>(i64 m, i64 r, i64 rstep) {
+  lowp_drive<MT, RT, BM, BR>(M, n0, n1, 2 * K, [&]<int mt, int rt, bool Stream>(i64 m, i64 r, i64 rstep) {
     const std::uint16_t* xr[mt];
     const std::uint16_t* wr[rt];
     for (int i = 0; i < mt; ++i) xr[i] = x + (m + i) * ldx;
@@ -135,22 +168,21 @@ inline float lowp_q8_scale(const unsigned char* row, i64 b, i64 blocks) {
 // int8 tiles: per step, blocks b and b + 1 (64 elements). Dot(xq, w) gives the 16 lanes' exact
 // integer sums (lowp.h: lanes 8h + j, block b + h); then acc = fma(float(p), sx * sw, acc).
 // Prep(w) is computed once per W vector and handed to Dot (VNNI: the unsigned offset's correction).
-template <int MT, int RT, typename Prep, typename Dot>
+template <int MT, int RT, int BM, int BR, typename Prep, typename Dot>
 void lowp_i8(const std::int8_t* xq, const float* xs, i64 M, i64 ldq, i64 lds, const unsigned char* W, i64 K, i64 n0,
              i64 n1, float* y, i64 ldy, Prep prep, Dot dot) {
   const i64 blocks = (K + kQ8Block - 1) / kQ8Block, rb = q8_row_bytes(K);
-  lowp_drive<MT, RT>(M, n0, n1, rb, [&]<int mt, int rt, bool Stream>(i64 m, i64 r, i64 rstep) {
+  lowp_drive<MT, RT, BM, BR>(M, n0, n1, rb, [&]<int mt, int rt, bool Stream>(i64 m, i64 r, i64 rstep) {
     __m512 acc[mt][rt];
     for (int i = 0; i < mt; ++i)
       for (int j = 0; j < rt; ++j) acc[i][j] = _mm512_setzero_ps();
+    // Per step the rt W vectors (with their scales and Prep) in registers, then each x row
+    // once against them (mt x rt accumulators beside 3 rt W registers).
+    using PrepT = decltype(prep(_mm512_setzero_si512()));
     for (i64 b = 0; b < blocks; b += 2) {
-      __m512i xv[mt];
-      __m512 sx[mt];
-      for (int i = 0; i < mt; ++i) {
-        xv[i] = _mm512_loadu_si512(xq + (m + i) * ldq + b * kQ8Block);
-        const float* s = xs + (m + i) * lds + b;
-        sx[i] = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(s[0]), _mm512_set1_ps(s[1]));
-      }
+      __m512i wv[rt];
+      __m512 sw[rt];
+      PrepT pw[rt];
       for (int j = 0; j < rt; ++j) {
         const unsigned char* row = W + (r + j * rstep) * rb;
         const unsigned char* blk = row + b * kQ8BlockBytes;
@@ -158,13 +190,18 @@ void lowp_i8(const std::int8_t* xq, const float* xs, i64 M, i64 ldq, i64 lds, co
         const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 4));
         const __m256i hi = b + 1 < blocks ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ8BlockBytes + 4))
                                           : _mm256_setzero_si256();
-        const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        const __m512 sw = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(lowp_q8_scale(row, b, blocks)),
-                                               _mm512_set1_ps(lowp_q8_scale(row, b + 1, blocks)));
-        const auto pw = prep(wv);
-        for (int i = 0; i < mt; ++i) {
-          const __m512 p = _mm512_cvtepi32_ps(dot(xv[i], wv, pw));
-          acc[i][j] = _mm512_fmadd_ps(p, _mm512_mul_ps(sx[i], sw), acc[i][j]);
+        wv[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        sw[j] = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(lowp_q8_scale(row, b, blocks)),
+                                     _mm512_set1_ps(lowp_q8_scale(row, b + 1, blocks)));
+        pw[j] = prep(wv[j]);
+      }
+      for (int i = 0; i < mt; ++i) {
+        const __m512i xv = _mm512_loadu_si512(xq + (m + i) * ldq + b * kQ8Block);
+        const float* s = xs + (m + i) * lds + b;
+        const __m512 sx = _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(s[0]), _mm512_set1_ps(s[1]));
+        for (int j = 0; j < rt; ++j) {
+          const __m512 p = _mm512_cvtepi32_ps(dot(xv, wv[j], pw[j]));
+          acc[i][j] = _mm512_fmadd_ps(p, _mm512_mul_ps(sx, sw[j]), acc[i][j]);
         }
       }
     }

@@ -194,6 +194,41 @@ TEST(ThreadedCompute, EachModeIsBatchInvariant) {
   EXPECT_GT(checked, 0u);
 }
 
+// A batch's decode (4 to 64 x rows: lowp_drive's batch tiles, W streamed in groups of rows
+// against every tile of x rows) at every row count 1..64, on 3 threads: each row bit for bit the
+// scalar kernel's on one thread, which computes each row alone. K = 300 ends in a partial step;
+// K = 200 has an odd number of int8 blocks; N = 203 leaves W rows over from the groups in every
+// task, and 64 x rows leave a partial tile of x rows at most row counts.
+void check_every_row_count(const Mode& mode, const std::string& kernels) {
+  std::string why;
+  auto b = threaded_with(mode, kernels, why, 3);
+  if (!b) GTEST_SKIP() << why;
+  auto scalar = threaded_with(mode, "scalar", why, 1);
+  ASSERT_TRUE(scalar) << why;
+  auto ref = backend_in("reference", mode.compute, mode.weights);
+  constexpr std::int64_t Mmax = 64;
+  for (const Shape3& s : {Shape3{Mmax, 300, 203}, Shape3{Mmax, 200, 70}}) {
+    const auto args = linear_args(s, mode.wts.front(), true, 41);
+    const Tensor all = run_on(*scalar, linear(Mmax, s.N), args);
+    EXPECT_LE(normalised_error(all, run_on(*ref, linear(Mmax, s.N), args)), 1e-5);
+    const auto want = values(all), xs = values(args[0].t);
+    for (std::int64_t M = 1; M <= Mmax; ++M) {
+      std::vector<Arg> a = args;
+      a[0] = {floats(DType::f32, Shape{M, s.K}, std::vector<float>(xs.begin(), xs.begin() + M * s.K))};
+      const auto got = values(run_on(*b, linear(M, s.N), a));
+      for (std::int64_t r = 0; r < M; ++r)
+        ASSERT_EQ(std::memcmp(got.data() + r * s.N, want.data() + r * s.N, std::size_t(s.N) * sizeof(float)), 0)
+            << kernels << " K=" << s.K << " N=" << s.N << ": row " << r << " of " << M
+            << " differs from the scalar kernel's";
+    }
+  }
+}
+
+TEST(ThreadedCompute, Bf16Avx512EmulationEveryRowCountIsTheScalarKernel) { check_every_row_count(kBf16, "avx512"); }
+TEST(ThreadedCompute, Bf16Avx512Bf16EveryRowCountIsTheScalarKernel) { check_every_row_count(kBf16, "avx512bf16"); }
+TEST(ThreadedCompute, Int8Avx512EmulationEveryRowCountIsTheScalarKernel) { check_every_row_count(kInt8, "avx512"); }
+TEST(ThreadedCompute, Int8VnniEveryRowCountIsTheScalarKernel) { check_every_row_count(kInt8, "avx512vnni"); }
+
 void expect_error(const std::string& backend, const std::string& compute, const std::string& weights,
                   const std::string& needle) {
   try {
