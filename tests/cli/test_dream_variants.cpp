@@ -130,7 +130,8 @@ TEST_F(VariantRun, DiffuCoderHasItsPadTokenAndRunsItsCardsSampling) {
   make("diffucoder");
   EXPECT_EQ(read_json(model_ / "tokenizer_config.json")["pad_token"], "<|dlm_pad|>");
   bool has_pad = false;  // the added token, just below make-model's four specials (2044..2047)
-  for (const auto& t : read_json(model_ / "tokenizer.json")["added_tokens"])
+  const auto tokenizer = read_json(model_ / "tokenizer.json");
+  for (const auto& t : tokenizer["added_tokens"])
     has_pad = has_pad || (t["content"] == "<|dlm_pad|>" && t["id"] == 2043);
   EXPECT_TRUE(has_pad);
   const auto d = decoding();

@@ -17,7 +17,8 @@ bias on the pad token at the first step (t = 1), none at the last (t = eps).
 
 A random checkpoint rarely predicts <|endoftext|>, so each case sets config.json's pad_token_id to
 the token the unpenalized run commits most often (the test edits the same field): the penalty then
-changes the output. Both runs are recorded (eos_penalty 0 and the case's), prompts re-drawn until
+changes the output (and in the last case a weak penalty's output also changes with the formula's
+constant, 1e-2 instead of 1e-3). Both runs are recorded (eos_penalty 0 and the case's), prompts re-drawn until
 every decision clears make_generation_goldens.py's margins and the two outputs differ.
 
 Only `sonde make-model` is taken from sonde (the weights, --variant dream-coder).
@@ -40,14 +41,17 @@ from make_goldens import lcg_ids, sha256  # noqa: E402
 
 MAKE_MODEL = ["--arch", "dream", "--variant", "dream-coder", "--preset", "tiny", "--seed", "33"]
 MAX_ATTEMPTS = 400
-# name, prompt length, steps, max_new_tokens, eos_penalty (alg entropy, temperature 0)
+# name, prompt length, steps, max_new_tokens, eos_penalty, whether the output must also differ
+# from the same penalty with log(1 - t + 1e-2) (a weak penalty: the formula's constant matters)
+# (alg entropy, temperature 0)
 CASES = [
-    ("p6_steps16_penalty3", 6, 16, 16, 3.0),
-    ("p5_steps8_len16_penalty1.5", 5, 8, 16, 1.5),
+    ("p6_steps16_penalty3", 6, 16, 16, 3.0, False),
+    ("p5_steps8_len16_penalty1.5", 5, 8, 16, 1.5, False),
+    ("p6_steps16_penalty0.4_constant", 6, 16, 16, 0.4, True),
 ]
 
 
-def generate(m, prompt, steps, max_new, pad, eos_penalty, eps=EPS):
+def generate(m, prompt, steps, max_new, pad, eos_penalty, eps=EPS, const=1e-3):
     mask_id = m.cfg.raw["mask_token_id"]
     x = torch.tensor([prompt + [mask_id] * max_new], dtype=torch.long)
     N = x.shape[1]
@@ -61,7 +65,7 @@ def generate(m, prompt, steps, max_new, pad, eos_penalty, eps=EPS):
         t, s = timesteps[i], timesteps[i + 1]
         ml = logits[mask_index].clone()
         if eos_penalty:
-            ml[:, pad] += eos_penalty * math.log(1 - float(t) + 1e-3)
+            ml[:, pad] += eos_penalty * math.log(1 - float(t) + const)
         conf, x0, gap, _ = sample_tokens(ml, 0.0, None, None, False, True)
         n = mask_index.sum().to(torch.float32)
         k = int(n * (1 - s / t)) if i < steps - 1 else int(n)
@@ -88,13 +92,15 @@ def safe(margins):
 
 
 def run_case(m, case, seed):
-    name, plen, steps, max_new, penalty = case
+    name, plen, steps, max_new, penalty, sensitive = case
     default_pad = m.cfg.raw["pad_token_id"]
     for attempt in range(MAX_ATTEMPTS):
         prompt = draw_prompts(m, [plen], seed, attempt)[0]
         plain, mp = generate(m, prompt, steps, max_new, default_pad, 0.0)
         pad = collections.Counter(plain).most_common(1)[0][0]
         penalized, mq = generate(m, prompt, steps, max_new, pad, penalty)
+        if sensitive and generate(m, prompt, steps, max_new, pad, penalty, const=1e-2)[0] == penalized:
+            continue
         if safe(mp) and safe(mq) and penalized != plain:
             return dict(name=name, prompt=prompt, steps=steps, max_new_tokens=max_new, eos_penalty=penalty,
                         pad_token_id=pad, tokens_plain=plain, tokens_penalized=penalized, attempt=attempt,
