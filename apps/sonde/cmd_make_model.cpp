@@ -3,6 +3,7 @@
 // The weight list comes from the model plugin itself, so make-model and load() never disagree.
 #include "app_common.h"
 #include "commands.h"
+#include "dream_variants.h"
 #include "make_model.h"
 #include "presets.h"
 #include "random_weights.h"
@@ -131,6 +132,7 @@ ordered_json model_config(const MakeOptions& o, const Preset& p, std::int64_t vo
   c["use_sliding_window"] = false;
   c["vocab_size"] = vocab;
   if (o.arch == "fast_dllm_v2") make_fast_dllm_v2(c, p, ids);
+  if (dream) apply_variant_config(o.variant, ids, c);
   c["sonde_make_model"] = {{"preset", o.preset}, {"seed", o.seed}, {"dtype", o.dtype}};
   return c;
 }
@@ -152,6 +154,7 @@ ordered_json generation_config(const MakeOptions& o, const SpecialIds& ids) {
     g["temperature"] = 0.0;
     g["top_p"] = nullptr;
     g["top_k"] = nullptr;
+    apply_variant_generation(o.variant, ids, g);
   } else {
     g["do_sample"] = false;
     g["max_new_tokens"] = 2048;
@@ -221,7 +224,9 @@ void write_tokenizer(const MakeOptions& o, const fs::path& out, const SpecialIds
     return;
   }
   write_text(out / "tokenizer.json", make_synthetic_tokenizer_json(static_cast<std::size_t>(vocab), special_tokens(ids), o.seed));
-  write_text(out / "tokenizer_config.json", tokenizer_config_json(o.arch));
+  auto tokenizer_config = nlohmann::ordered_json::parse(tokenizer_config_json(o.arch));
+  if (o.arch == "dream") apply_variant_tokenizer(o.variant, tokenizer_config);
+  write_text(out / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
 }
 
 }  // namespace
@@ -233,6 +238,8 @@ int cmd_make_model(const Args& args) {
   desc.add_options()
       ("arch", po::value(&o.arch)->default_value("qwen2"), "qwen2, dream, llada or fast_dllm_v2")
       ("preset", po::value(&o.preset)->default_value("tiny"), "tiny, small, qwen2.5-0.5b, dream-7b, llada-8b, fast-dllm-v2-1.5b, fast-dllm-v2-7b")
+      ("variant", po::value(&o.variant)->default_value("dream-v0"),
+       "--arch dream: dream-v0, diffucoder or dream-coder (each variant's published files; docs/models.md)")
       ("dtype", po::value(&o.dtype)->default_value("f32"), "weight dtype: f32 or bf16")
       ("vocab", po::value(&o.vocab)->default_value(0), "vocabulary size (0: the preset's)")
       ("seed", po::value(&o.seed)->default_value(0), "random seed")
@@ -255,7 +262,9 @@ void make_model(const MakeOptions& o, const std::string& plugin_dir) {
   if (o.dtype != "f32" && o.dtype != "bf16") bad_input("--dtype: '{}' is not f32 or bf16", o.dtype);
   const Preset preset = find_preset(o.preset);
   const std::int64_t vocab = o.vocab ? o.vocab : preset.vocab;
-  const SpecialIds ids = special_ids(o.arch, vocab, preset.real_vocab);
+  check_dream_variant(o.arch, o.variant);
+  SpecialIds ids = special_ids(o.arch, vocab, preset.real_vocab);
+  add_variant_specials(o.variant, vocab, preset.real_vocab, ids);
   if (vocab < 300 || ids.top >= vocab)
     bad_input("--vocab: {} is too small (at least 300, and above the special ids up to {})", vocab, ids.top);
 

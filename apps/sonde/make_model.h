@@ -7,6 +7,7 @@ namespace sonde::cli {
 
 struct MakeOptions {
   std::string arch = "qwen2", preset = "tiny", dtype = "f32", out, tokenizer_dir;
+  std::string variant = "dream-v0";  // --arch dream: dream-v0, diffucoder or dream-coder (dream_variants.h)
   std::int64_t vocab = 0;
   std::uint64_t seed = 0;
   bool force = false;

@@ -60,6 +60,9 @@ void add_generation_options(po::options_description& desc, bool all) {
       ("repetition-penalty", po::value<double>(), "autoregressive only")
       ("alg-temp", po::value<double>(), "diffusion: > 0 samples positions from softmax(conf / alg_temp)")
       ("eps", po::value<double>(), "diffusion: final timestep (default 1e-3)")
+      ("eos-penalty", po::value<double>(),
+       "diffusion: Dream-Coder's padding penalty, eos_penalty * log(1 - t + 1e-3) on the pad token's logit (default: "
+       "generation_config.json, else 0)")
       ("stop", po::value<std::vector<std::string>>()->composing(),
        "autoregressive: stop when the completion text contains this string (repeatable); the text "
        "ends before it, the ids keep every token up to the one that completed it");
@@ -74,6 +77,7 @@ GenerationSettings generation_settings(const po::variables_map& vm) {
   s.top_p = flag<double>(vm, "top-p");
   s.repetition_penalty = flag<double>(vm, "repetition-penalty");
   s.alg_temp = flag<double>(vm, "alg-temp");
+  s.eos_penalty = flag<double>(vm, "eos-penalty");
   s.eps = flag<double>(vm, "eps");
   s.alg = flag<std::string>(vm, "alg");
   s.stop = flag<std::vector<std::string>>(vm, "stop");

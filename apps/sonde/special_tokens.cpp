@@ -40,6 +40,7 @@ std::vector<std::pair<std::string, std::int32_t>> special_tokens(const SpecialId
   std::vector<std::pair<std::string, std::int32_t>> t{
       {"<|endoftext|>", ids.endoftext}, {"<|im_start|>", ids.im_start}, {"<|im_end|>", ids.im_end}};
   if (ids.mask >= 0) t.emplace_back(ids.mask_name, ids.mask);
+  if (ids.extra.second >= 0) t.push_back(ids.extra);
   return t;
 }
 

@@ -15,6 +15,7 @@ struct SpecialIds {
   std::int32_t top = 0;  // the highest special id
   bool llada = false;
   std::string mask_name = "<|mask|>";  // Fast-dLLM v2: |<MASK>|
+  std::pair<std::string, std::int32_t> extra{"", -1};  // a Dream variant's own special (dream_variants.h)
 };
 
 // arch: qwen2, dream, llada or fast_dllm_v2.

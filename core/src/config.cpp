@@ -212,6 +212,7 @@ GenerationConfig parse_generation_config(const std::string& json_text, const std
   g.eps = f.opt_number("eps");
   g.alg = f.opt_string("alg").value_or("");
   g.alg_temp = f.opt_number("alg_temp");
+  g.eos_penalty = f.opt_number("eos_penalty");
   g.raw_json = json_text;
   return g;
 }

@@ -113,6 +113,12 @@ void check_diffusion_options(const DiffusionOptions& o) {
     bad_input("refresh_every: {} needs diffusion_mode block-cache or dual-cache, not {}", o.refresh_every,
               diffusion_mode_name(o.mode));
   const auto blocks = block_count(o);
+  if (!(std::isfinite(o.eos_penalty) && o.eos_penalty >= 0))
+    bad_input("eos_penalty: {} must be a finite number >= 0", o.eos_penalty);
+  if (o.eos_penalty > 0 && (o.mode != DiffusionMode::Exact || !scheduled(o)))
+    bad_input("eos_penalty: {} runs in exact mode with a steps schedule only (not diffusion_mode {}, alg {}, "
+              "tokens_per_step {})", o.eos_penalty, diffusion_mode_name(o.mode), diffusion_alg_name(o.sampling.alg),
+              o.tokens_per_step);
   if (scheduled(o) && o.steps < blocks)
     bad_input("steps: {} is fewer than the {} blocks of {} new tokens in blocks of {} (each block needs a step)", o.steps,
               blocks, o.max_new_tokens, o.block_size);
@@ -230,12 +236,22 @@ DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::
   auto slot = [&](std::int64_t r, std::int64_t j) {
     return static_cast<std::uint64_t>(j - c.pad[static_cast<std::size_t>(r)]);
   };
+  std::vector<float> penalized;  // one slot's logits with Dream-Coder's padding penalty added
 
   for (std::int64_t i = 0; i < o.steps; ++i) {
     const float t = ts[static_cast<std::size_t>(i)], s = ts[static_cast<std::size_t>(i + 1)];
     const bool last = i == o.steps - 1;
     c.input.ids = c.x;
     const Tensor logits = model.forward(c.input);
+    // logits[pad] += eos_penalty * log(1 - t + 1e-3), added in float32 as torch adds a Python float
+    const auto pad_bias = static_cast<float>(o.eos_penalty * std::log(1.0 - static_cast<double>(t) + 1e-3));
+    auto row_logits = [&](std::int64_t r, std::int64_t j) -> std::span<const float> {
+      const auto row = shifted_row(logits, r, j, N, V);
+      if (o.eos_penalty == 0 || o.pad_id < 0 || o.pad_id >= V) return row;
+      penalized.assign(row.begin(), row.end());
+      penalized[static_cast<std::size_t>(o.pad_id)] += pad_bias;
+      return penalized;
+    };
     std::vector<double> conf(static_cast<std::size_t>(B * N), kNaN);
     std::vector<std::int32_t> x0(c.x.size(), o.mask_id);
     std::vector<std::vector<std::int64_t>> transfer(static_cast<std::size_t>(B));
@@ -250,7 +266,7 @@ DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::
           if (!(counter_uniform(seed(r), static_cast<std::uint64_t>(i), slot(r, j), RngStream::Reveal) < p))
             continue;
           const auto u = counter_uniform(seed(r), static_cast<std::uint64_t>(i), slot(r, j), RngStream::Token);
-          const auto ch = dream_sample_token(shifted_row(logits, r, j, N, V), o.sampling, u);
+          const auto ch = dream_sample_token(row_logits(r, j), o.sampling, u);
           conf[at] = ch.confidence;
           c.x[at] = ch.token;
           transfer[static_cast<std::size_t>(r)].push_back(j);
@@ -262,7 +278,7 @@ DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::
           const auto at = static_cast<std::size_t>(r * N + j);
           if (c.x[at] != o.mask_id) continue;
           const auto u = counter_uniform(seed(r), static_cast<std::uint64_t>(i), slot(r, j), RngStream::Token);
-          const auto ch = dream_sample_token(shifted_row(logits, r, j, N, V), o.sampling, u);
+          const auto ch = dream_sample_token(row_logits(r, j), o.sampling, u);
           full[at] = conf[at] = ch.confidence;
           x0[at] = ch.token;
           ++n_total;

@@ -43,7 +43,7 @@ double number(const std::string& key, const json& v) {
 
 const std::vector<std::string>& GenerationSettings::keys() {
   static const std::vector<std::string> names{"max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
-                                              "seed", "steps", "alg", "alg_temp", "eps", "stop",
+                                              "seed", "steps", "alg", "alg_temp", "eps", "eos_penalty", "stop",
                                               "diffusion_mode", "block_size", "threshold", "tokens_per_step",
                                               "refresh_every", "block_length", "remasking", "cfg_scale"};
   return names;
@@ -59,6 +59,7 @@ GenerationSettings GenerationSettings::overridden_by(const GenerationSettings& o
   take(s.repetition_penalty, o.repetition_penalty);
   take(s.eps, o.eps);
   take(s.alg_temp, o.alg_temp);
+  take(s.eos_penalty, o.eos_penalty);
   take(s.alg, o.alg);
   take(s.stop, o.stop);
   take(s.seed, o.seed);
@@ -83,6 +84,7 @@ json GenerationSettings::to_json() const {
   set_if(j, "repetition_penalty", repetition_penalty);
   set_if(j, "eps", eps);
   set_if(j, "alg_temp", alg_temp);
+  set_if(j, "eos_penalty", eos_penalty);
   set_if(j, "alg", alg);
   set_if(j, "stop", stop);
   set_if(j, "seed", seed);
@@ -116,6 +118,7 @@ GenerationSettings GenerationSettings::from_json(const json& o) {
     else if (key == "repetition_penalty") s.repetition_penalty = number(key, v);
     else if (key == "eps") s.eps = number(key, v);
     else if (key == "alg_temp") s.alg_temp = number(key, v);
+    else if (key == "eos_penalty") s.eos_penalty = number(key, v);
     else if (key == "block_size") s.block_size = whole(key, v);
     else if (key == "tokens_per_step") s.tokens_per_step = whole(key, v);
     else if (key == "refresh_every") s.refresh_every = whole(key, v);
@@ -145,6 +148,7 @@ void GenerationSettings::check() const {
   if (top_k && *top_k < 0) bad_input("top_k: {} is negative", *top_k);
   if (temperature && finite("temperature", *temperature) < 0) bad_input("temperature: {} is negative", *temperature);
   if (alg_temp && finite("alg_temp", *alg_temp) < 0) bad_input("alg_temp: {} is negative", *alg_temp);
+  if (eos_penalty && finite("eos_penalty", *eos_penalty) < 0) bad_input("eos_penalty: {} is negative", *eos_penalty);
   if (top_p && !(finite("top_p", *top_p) > 0 && *top_p <= 1)) bad_input("top_p: {} is outside (0, 1]", *top_p);
   if (repetition_penalty && !(finite("repetition_penalty", *repetition_penalty) > 0))
     bad_input("repetition_penalty: {} is not positive", *repetition_penalty);
@@ -208,6 +212,7 @@ namespace {
 void resolve_remasking(const GenerationSettings& s, DiffusionOptions& d) {
   const std::pair<const char*, bool> dream_only[] = {
       {"alg", s.alg.has_value()}, {"eps", s.eps.has_value()}, {"alg_temp", s.alg_temp.has_value()},
+      {"eos_penalty", s.eos_penalty.has_value()},
       {"top_p", s.top_p.has_value()}, {"top_k", s.top_k.has_value()}, {"block_size", s.block_size.has_value()},
       {"tokens_per_step", s.tokens_per_step.has_value()}, {"refresh_every", s.refresh_every.has_value()}};
   for (const auto& [name, set] : dream_only)
@@ -224,6 +229,7 @@ void resolve_remasking(const GenerationSettings& s, DiffusionOptions& d) {
   d.sampling.top_p.reset();
   d.sampling.top_k.reset();
   d.alg_temp.reset();
+  d.eos_penalty = 0;  // LLaDA's generate() has no padding penalty (generation_config's is Dream-Coder's)
 }
 
 }  // namespace
@@ -249,6 +255,10 @@ DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfi
   d.sampling.top_p = s.top_p ? s.top_p : gen.top_p;
   d.sampling.top_k = s.top_k ? s.top_k : gen.top_k;
   d.alg_temp = s.alg_temp ? s.alg_temp : gen.alg_temp;
+  if (gen.eos_penalty && !(std::isfinite(*gen.eos_penalty) && *gen.eos_penalty >= 0))
+    bad_input("{}: field 'eos_penalty' is {}: it must be a finite number >= 0", (cfg.dir / "generation_config.json").string(),
+              *gen.eos_penalty);
+  d.eos_penalty = s.eos_penalty.value_or(gen.eos_penalty.value_or(0.0));
   d.mode = parse_diffusion_mode(s.diffusion_mode.value_or("exact"));
   d.block_size = s.block_size.value_or(d.block_size);
   d.threshold = s.threshold.value_or(d.threshold);

@@ -42,6 +42,12 @@ nlohmann::json decoding(const RunModel& s, const std::vector<PreparedRequest>& p
     if (d.tokens_per_step > 0) e["tokens_per_step"] = d.tokens_per_step;
     if (d.refresh_every > 0) e["refresh_every"] = d.refresh_every;
     if (d.sampling.alg != DiffusionAlg::ConfidenceThreshold && d.tokens_per_step == 0) e["steps"] = d.steps;
+    // Sampling that differs from greedy, wherever it came from (flag, generation_config.json):
+    // a variant's published defaults show in the file that they ran.
+    if (d.sampling.temperature > 0) e["temperature"] = d.sampling.temperature;
+    if (d.sampling.top_p) e["top_p"] = *d.sampling.top_p;
+    if (d.sampling.top_k) e["top_k"] = *d.sampling.top_k;
+    if (d.eos_penalty > 0) e["eos_penalty"] = d.eos_penalty;
     if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
   }
   return out;

@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+#include <sstream>
+
 namespace sonde::dream {
 
 class DreamModel final : public common::DecoderModel {
@@ -51,6 +54,23 @@ class DreamModel final : public common::DecoderModel {
           bad_input("{}: field '{}' is {}: DreamOn's variable-length canvas (expanding and deleting slots) is not supported",
                     name, key, it->dump());
     }
+    check_no_bos_prepended(c);
+  }
+
+  // Every published Dream-family tokenizer has add_bos_token false (Dream-Coder names a bos,
+  // <|beginoftext|>, but its code never prepends it), and sonde encodes prompts without one: a
+  // tokenizer that asks for it would encode differently here than in transformers.
+  static void check_no_bos_prepended(const ModelConfig& c) {
+    const auto file = c.dir / "tokenizer_config.json";
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return;  // no tokenizer: ids only
+    std::ostringstream text;
+    text << in.rdbuf();
+    const auto j = nlohmann::json::parse(text.str(), nullptr, false);
+    if (!j.is_object()) return;  // the tokenizer loader judges the file
+    if (const auto it = j.find("add_bos_token"); it != j.end() && it->is_boolean() && it->get<bool>())
+      bad_input("{}: field 'add_bos_token' is true: sonde never prepends a BOS token (no published Dream-family "
+                "tokenizer does)", file.string());
   }
 
   std::int64_t mask_token_id_ = -1;

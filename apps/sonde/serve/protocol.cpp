@@ -143,7 +143,8 @@ Request chat_prompt(const json& body, const ModelTraits& m) {
 
 const std::vector<std::string>& diffusion_keys() {
   static const std::vector<std::string> k{"steps",      "alg",       "eps",          "alg_temp",       "diffusion_mode",
-                                          "block_size", "threshold", "tokens_per_step", "refresh_every"};
+                                          "block_size", "threshold", "tokens_per_step", "refresh_every",
+                                          "eos_penalty"};
   return k;
 }
 
@@ -177,7 +178,7 @@ GenerationSettings settings_of(const json& body, const ModelTraits& m, ParsedReq
     if (!present(body, k.c_str())) continue;
     if (!m.diffusion) bad_field(k, "only a diffusion model (Dream) takes it");
     if (k == "alg" || k == "diffusion_mode") g[k] = text(body, k.c_str());
-    else if (k == "eps" || k == "alg_temp" || k == "threshold") g[k] = number(body, k.c_str());
+    else if (k == "eps" || k == "alg_temp" || k == "threshold" || k == "eos_penalty") g[k] = number(body, k.c_str());
     else g[k] = whole(body, k.c_str(), 1, 1 << 20);
   }
   if (out.max_tokens > 0) g["max_new_tokens"] = out.max_tokens;
@@ -209,6 +210,7 @@ const std::vector<OptionAlias>& run_option_fields() {
       {"alg", "defaults.alg"},
       {"eps", "defaults.eps"},
       {"alg_temp", "defaults.alg_temp"},
+      {"eos_penalty", "defaults.eos_penalty"},
       {"diffusion_mode", "defaults.diffusion_mode"},
       {"block_size", "defaults.block_size"},
       {"threshold", "defaults.threshold"},

@@ -19,6 +19,8 @@ struct GenerationConfig {
   // Dream's diffusion defaults
   std::optional<std::int64_t> steps;
   std::optional<double> eps, alg_temp;
+  // Dream-Coder's padding penalty (docs/models.md, "Dream family"); absent in Dream-v0's file.
+  std::optional<double> eos_penalty;
   std::string alg;
   std::string raw_json;  // "{}" when the file is absent
 };

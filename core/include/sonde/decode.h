@@ -139,6 +139,10 @@ struct DiffusionOptions {
   std::optional<double> alg_temp;             // > 0: positions sampled from softmax(conf / alg_temp)
   std::int32_t mask_id = 0;
   std::int32_t pad_id = 0;                    // fed at left-padding slots
+  // Dream-Coder's padding penalty (arXiv 2509.01142 §4.1; docs/models.md): > 0 adds
+  // eos_penalty * log(1 - t + 1e-3) to pad_id's logit at every masked slot before sampling, t the
+  // step's timestep, so padding is held back early (t near 1) and free at the end. Exact mode only.
+  double eos_penalty = 0;
   std::vector<std::uint64_t> seeds;           // per row; empty: 0 for every row
   // LLaDA's generate() (loop SemiArRemasking; docs/models.md): blocks of block_length slots
   // (0: one block of max_new_tokens), steps / blocks steps each, remasking, classifier-free

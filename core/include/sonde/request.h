@@ -22,6 +22,7 @@ class Tokenizer;
 struct GenerationSettings {
   std::optional<std::int64_t> max_new_tokens, top_k, steps;
   std::optional<double> temperature, top_p, repetition_penalty, eps, alg_temp;
+  std::optional<double> eos_penalty;  // Dream-Coder's padding penalty (DiffusionOptions::eos_penalty)
   std::optional<std::string> alg;  // diffusion: origin, maskgit_plus, topk_margin, entropy, confidence_threshold
   // Diffusion decoding (decode.h): exact | block, the block size (default 32), alg
   // confidence_threshold's threshold (default 0.9), a fixed number of slots per step.
@@ -48,7 +49,7 @@ struct GenerationSettings {
   static GenerationSettings from_json(const nlohmann::json& object);
   // The values' meaning, the same for the command line, config files, dataset lines and Python:
   // BadInput "name: value ..." for max_new_tokens or steps < 1, a negative top_k, temperature or
-  // alg_temp, top_p outside (0, 1], repetition_penalty <= 0, eps outside (0, 1), an unknown alg
+  // alg_temp or eos_penalty, top_p outside (0, 1], repetition_penalty <= 0, eps outside (0, 1), an unknown alg
   // or diffusion_mode, block_size or tokens_per_step < 1, threshold outside (0, 1] or with an alg
   // other than confidence_threshold, block_size with mode exact, tokens_per_step with origin or
   // confidence_threshold, refresh_every < 1 or without a cached mode.
