@@ -12,7 +12,7 @@ one file tests/data/<case>.h5 holding
 * generation goldens: the root attribute `fdv2_generation_cases` (JSON), one entry per case with
   the prompt, batch_sample's settings and the sequence it returns (greedy). Each case redraws its
   prompt (LCG seed + attempt) until every decision clears THRESHOLDS, so an f32 engine must agree
-  token for token. sonde does not run this decoding yet; the cases are the oracle for when it does.
+  token for token. tests/models/test_fdv2_generate.cpp runs them through `sonde generate` on every backend.
 Before writing, the cached forward (block by block over the KV cache, as batch_sample calls it) is
 checked against one full block-causal forward of the same sequence.
 """
@@ -46,6 +46,9 @@ TINY_CASES = [
     ("p9_block8_small4_th0.9", 9, dict(block_size=8, max_new_tokens=24, small_block_size=4, threshold=0.9)),
     ("p11_block16_small4_th0.3_stop", 11, dict(block_size=16, max_new_tokens=48, small_block_size=4, threshold=0.3,
                                               stop="drawn")),
+    # A prompt of exactly one block: batch_sample's `min_len > block_size` test leaves the cache
+    # empty, so the first decoded block is forwarded without the prompt (positions from 0).
+    ("p32_block32_small8_th0.9_oneblock", 32, dict(block_size=32, max_new_tokens=64, small_block_size=8, threshold=0.9)),
 ]
 FILES = {"tiny-fdv2-f32": (["--arch", "fast_dllm_v2", "--preset", "tiny", "--seed", "43"], TINY_CASES)}
 EXTRA_HOOKS = {"attn_z_0": "blocks.0.attn.hook_z", "mlp_post_0": "blocks.0.mlp.hook_post",
