@@ -248,7 +248,8 @@ DiffusionOptions resolve_block_diffusion(const GenerationSettings& s, const Mode
   d.small_block_size = s.small_block_size.value_or(8);  // the published evaluation's default
   d.threshold = s.threshold.value_or(0.9);
   d.sampling.temperature = s.temperature.value_or(0.0);  // batch_sample's default, not generation_config's
-  const auto& eos = cfg.generation.eos_token_ids.empty() ? cfg.eos_token_ids : cfg.generation.eos_token_ids;
+  // batch_sample's stop_token (151645, <|im_end|>) is the published config.json's eos_token_id.
+  const auto& eos = cfg.eos_token_ids.empty() ? cfg.generation.eos_token_ids : cfg.eos_token_ids;
   if (eos.empty()) bad_input("{}: config.json has no eos_token_id (the stop token of block diffusion)", cfg.dir.string());
   d.stop_id = static_cast<std::int32_t>(eos.front());
   return d;

@@ -36,7 +36,7 @@ nlohmann::json decoding(const RunModel& s, const std::vector<PreparedRequest>& p
       continue;
     }
     if (d.loop == DiffusionLoop::BlockDiffusion) {  // Fast-dLLM v2's batch_sample: its own names
-      nlohmann::json e{{"loop", "fast_dllm_v2_batch_sample"}, {"block_size", d.block_size},
+      nlohmann::json e{{"loop", "fast_dllm_v2_batch_sample"}, {"diffusion_mode", "block_diffusion"}, {"block_size", d.block_size},
                        {"small_block_size", d.small_block_size}, {"threshold", d.threshold},
                        {"max_new_tokens", d.max_new_tokens}, {"stop_token", d.stop_id}, {"cache", "blocks"}};
       if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
@@ -135,6 +135,7 @@ RunMetadata run_metadata(const RunModel& s, const nlohmann::json& run_config, co
       } else {
         m.ints["block_size"] = e.value("block_size", e["max_new_tokens"].get<std::int64_t>());
       }
+      if (e.contains("small_block_size")) m.ints["small_block_size"] = e["small_block_size"].get<std::int64_t>();
       if (e.contains("threshold")) m.strings["threshold"] = e["threshold"].dump();
       if (e.contains("tokens_per_step")) m.ints["tokens_per_step"] = e["tokens_per_step"].get<std::int64_t>();
       if (e.contains("refresh_every")) m.ints["refresh_every"] = e["refresh_every"].get<std::int64_t>();

@@ -87,7 +87,7 @@ ArOptions resolve_autoregressive(const GenerationSettings& s, const ModelConfig&
 // LLaDA's with Dream's loop, and for a threshold with Dream's loop but not alg confidence_threshold.
 // BlockDiffusion (Fast-dLLM v2's batch_sample): block_size (default config.json's bd_size),
 // small_block_size (default 8), threshold (default 0.9), max_new_tokens, greedy; the stop token is
-// the first eos_token_id (generation_config.json's, else config.json's); BadInput for any other
+// the first eos_token_id (config.json's, else generation_config.json's); BadInput for any other
 // setting but a temperature of 0.
 DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg,
                                    DiffusionLoop loop = DiffusionLoop::DreamTimesteps);
