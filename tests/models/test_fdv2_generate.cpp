@@ -11,6 +11,7 @@
 #include <sonde/model_dir.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -184,16 +185,26 @@ TEST(FdV2Hooks, CapturedPerStepWithTheBlocksRows) {
     EXPECT_GE(ps.front(), L / bs * bs);
     for (std::size_t k = 1; k < ps.size(); ++k) EXPECT_EQ(ps[k], ps[k - 1] + 1);
   }
-  for (std::int64_t i = 0; i < rows; ++i) committed += static_cast<std::int64_t>(transfer.values[static_cast<std::size_t>(i)]);
-  // The slots the sub-block steps commit: the 7 masked slots of each of the 3 blocks (a block's
-  // first slot is the prompt's last token or the one the previous block's closing forward
-  // appended, which lies outside that forward and so has no row).
+  // A committed slot keeps its token unless that token is the mask itself (this random model often
+  // predicts it, and batch_sample then decodes the slot again): each of the 7 masked slots of the
+  // 3 blocks gets its final token exactly once. The closing forward of each block commits no row
+  // (the slot it appends, the next block's first, lies outside it): 3 steps without a commit.
+  const std::int64_t mask = 2047;
+  std::map<std::int64_t, std::int64_t> per_step;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    per_step[step[at]] += static_cast<std::int64_t>(transfer.values[at]);
+    if (transfer.values[at] == 1 && tokens.values[at] != mask) ++committed;
+    if (transfer.values[at] == 1) { EXPECT_TRUE(std::isfinite(conf.values[at])) << "a committed slot has a confidence"; }
+  }
   EXPECT_EQ(committed, 21);
+  EXPECT_EQ(std::count_if(per_step.begin(), per_step.end(), [](const auto& e) { return e.second == 0; }), 3);
   // After the last step the canvas holds the completion.
   const std::int64_t last = by_step.rbegin()->first;
   for (std::int64_t i = 0; i < rows; ++i)
-    if (step[static_cast<std::size_t>(i)] == last && pos[static_cast<std::size_t>(i)] >= L)
+    if (step[static_cast<std::size_t>(i)] == last && pos[static_cast<std::size_t>(i)] >= L) {
       EXPECT_EQ(tokens.values[static_cast<std::size_t>(i)], completion.at(static_cast<std::size_t>(pos[static_cast<std::size_t>(i)] - L)));
+    }
 }
 
 }  // namespace
