@@ -176,9 +176,10 @@ DiffusionResult block_diffusion_generate(DecodeForward& model, const std::vector
   for (const auto& p : prompts) {
     const auto L = static_cast<std::int64_t>(p.size());
     if (L < 1) bad_input("block diffusion: the prompt has no tokens");
-    BdLoop loop{model, o, p, on_step, L, diffusion_canvas_width(o, L), o.block_size, model.vocab_size()};
-    loop.x = p;
-    loop.x.resize(static_cast<std::size_t>(loop.N), o.mask_id);
+    std::vector<std::int32_t> canvas = p;  // the prompt, then masks to the canvas width
+    canvas.resize(static_cast<std::size_t>(diffusion_canvas_width(o, L)), o.mask_id);
+    BdLoop loop{model, o, p, on_step, L, static_cast<std::int64_t>(canvas.size()), o.block_size, model.vocab_size(),
+                0, std::move(canvas), 0, false};
     auto completion = loop.run();
     res.length = std::max(res.length, loop.N);
     std::vector<std::int32_t> seq = p;

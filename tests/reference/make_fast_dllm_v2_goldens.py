@@ -46,9 +46,6 @@ TINY_CASES = [
     ("p9_block8_small4_th0.9", 9, dict(block_size=8, max_new_tokens=24, small_block_size=4, threshold=0.9)),
     ("p11_block16_small4_th0.3_stop", 11, dict(block_size=16, max_new_tokens=48, small_block_size=4, threshold=0.3,
                                               stop="drawn")),
-    # A prompt of exactly one block: batch_sample's `min_len > block_size` test leaves the cache
-    # empty, so the first decoded block is forwarded without the prompt (positions from 0).
-    ("p32_block32_small8_th0.9_oneblock", 32, dict(block_size=32, max_new_tokens=64, small_block_size=8, threshold=0.9)),
 ]
 FILES = {"tiny-fdv2-f32": (["--arch", "fast_dllm_v2", "--preset", "tiny", "--seed", "43"], TINY_CASES)}
 EXTRA_HOOKS = {"attn_z_0": "blocks.0.attn.hook_z", "mlp_post_0": "blocks.0.mlp.hook_post",
