@@ -143,7 +143,8 @@ Request chat_prompt(const json& body, const ModelTraits& m) {
 
 const std::vector<std::string>& diffusion_keys() {
   static const std::vector<std::string> k{"steps",      "alg",       "eps",          "alg_temp",       "diffusion_mode",
-                                          "block_size", "threshold", "tokens_per_step", "refresh_every"};
+                                          "block_size", "threshold", "tokens_per_step", "refresh_every",
+                                          "small_block_size"};
   return k;
 }
 
@@ -214,6 +215,7 @@ const std::vector<OptionAlias>& run_option_fields() {
       {"threshold", "defaults.threshold"},
       {"tokens_per_step", "defaults.tokens_per_step"},
       {"refresh_every", "defaults.refresh_every"},
+      {"small_block_size", "defaults.small_block_size"},
       {"hooks", "capture.hooks"},
       {"positions", "capture.positions"},
       {"diffusion_capture", "capture.diffusion_capture"},
