@@ -45,8 +45,14 @@ void add_generation_options(po::options_description& desc, bool all) {
        "diffusion: exact (default), block (blocks filled left to right), block-cache or dual-cache (block mode over "
        "Fast-dLLM's prefix or dual K/V cache: approximate, docs/generation.md; LLaDA: exact, block-cache or dual-cache "
        "over its block_length blocks, docs/models.md)")
-      ("block-size", po::value<std::int64_t>(), "diffusion block mode: slots per block (default 32; the last may be shorter)")
-      ("threshold", po::value<double>(), "alg confidence_threshold (LLaDA: alone): commit every slot with p >= this, in (0, 1] (Dream's default 0.9)")
+      ("block-size", po::value<std::int64_t>(),
+       "diffusion block mode: slots per block (default 32; the last may be shorter); Fast-dLLM v2: batch_sample's "
+       "block_size (default config.json's bd_size)")
+      ("small-block-size", po::value<std::int64_t>(),
+       "Fast-dLLM v2: sub-block size inside a block, dividing --block-size (default 8)")
+      ("threshold", po::value<double>(),
+       "alg confidence_threshold (LLaDA: alone): commit every slot with p >= this, in (0, 1] (Dream's default 0.9); "
+       "Fast-dLLM v2: commit every masked slot of the sub-block with p > this (default 0.9)")
       ("tokens-per-step", po::value<std::int64_t>(), "diffusion: commit this many slots per step instead of the steps schedule")
       ("refresh-every", po::value<std::int64_t>(),
        "block-cache, dual-cache: also refresh the whole K/V cache every N steps of a block (dKV-Cache-style; default: "
@@ -89,6 +95,7 @@ GenerationSettings generation_settings(const po::variables_map& vm) {
   s.block_length = flag<std::int64_t>(vm, "block-length");
   s.remasking = flag<std::string>(vm, "remasking");
   s.cfg_scale = flag<double>(vm, "cfg-scale");
+  s.small_block_size = flag<std::int64_t>(vm, "small-block-size");
   if (s.max_new_tokens && *s.max_new_tokens < 1) bad_input("--max-new-tokens must be at least 1, got {}", *s.max_new_tokens);
   if (s.steps && *s.steps < 1) bad_input("--steps must be at least 1, got {}", *s.steps);
   if (s.alg) as_flag("--alg", [&] { parse_diffusion_alg(*s.alg); });

@@ -193,7 +193,7 @@ DiffusionCaptureResult diffusion_generate_captured(DecodeForward& model,
   if (!spec.hooks.empty()) store.emplace(model, spec);
   std::int64_t T = 0;
   for (const auto& p : prompts) T = std::max<std::int64_t>(T, static_cast<std::int64_t>(p.size()));
-  DiffusionCapture cap{spec, o, prompts, prompt_idx, store ? &*store : nullptr, res.captured, T, T + o.max_new_tokens, {}, {}, {}, {}, 0, {}};
+  DiffusionCapture cap{spec, o, prompts, prompt_idx, store ? &*store : nullptr, res.captured, T, diffusion_canvas_width(o, T), {}, {}, {}, {}, 0, {}};
   const bool every_slot = spec.steps.kind == StepPolicy::Kind::All || spec.steps.kind == StepPolicy::Kind::Every;
   if (store && every_slot && diffusion_mode_cached(o.mode)) cap.start_keeping();
   AfterForward fwd(model, [&](const StepInput& in) {

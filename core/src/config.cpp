@@ -232,6 +232,9 @@ ModelConfig ModelConfig::parse(const std::string& json_text, const std::string& 
   c.pad_token_id = f.opt_int("pad_token_id");
   c.mask_token_id = f.opt_int("mask_token_id");
   c.eos_token_ids = f.token_ids("eos_token_id");
+  // Validated by the plugin that uses it (its own message); here only taken when well formed.
+  if (const auto it = root.find("bd_size"); it != root.end() && it->is_number_integer() && it->get<std::int64_t>() > 0)
+    c.bd_size = it->get<std::int64_t>();
   c.raw_json = json_text;
   // Without generation_config.json, Hugging Face derives the generation ids from the model config.
   c.generation.eos_token_ids = c.eos_token_ids;

@@ -71,13 +71,38 @@ std::int64_t block_count(const DiffusionOptions& o) {
 
 }  // namespace
 
-void refuse_block_diffusion() {
-  bad_input("this model decodes by block diffusion (blocks in order over a KV cache, sub-blocks, a confidence "
-            "threshold), which sonde does not run yet: forward passes and their hooks work, generation does not");
+std::int64_t diffusion_canvas_width(const DiffusionOptions& o, std::int64_t T) {
+  if (o.loop != DiffusionLoop::BlockDiffusion) return T + o.max_new_tokens;
+  return (T / o.block_size + o.max_new_tokens / o.block_size + 1) * o.block_size;
 }
 
+namespace {
+
+// batch_sample's settings as errors: what it asserts, and what sonde does not run of it.
+void check_block_diffusion(const DiffusionOptions& o) {
+  if (o.block_size < 1) bad_input("block_size must be at least 1, got {}", o.block_size);
+  if (o.small_block_size < 1 || o.block_size % o.small_block_size != 0)
+    bad_input("small_block_size: {} does not divide block_size {} (a block is decoded in whole sub-blocks)",
+              o.small_block_size, o.block_size);
+  if (o.attention_block > 0 && o.attention_block % o.block_size != 0)
+    bad_input("block_size: {} does not divide the model's bd_size {} (a generation block must lie inside one block of "
+              "the block-causal attention)",
+              o.block_size, o.attention_block);
+  if (!(o.threshold > 0 && o.threshold <= 1)) bad_input("threshold: {} is outside (0, 1]", o.threshold);
+  if (o.max_new_tokens < o.block_size)
+    bad_input("max_new_tokens: {} is less than block_size {} (batch_sample decodes max_new_tokens / block_size whole "
+              "blocks, so it would generate nothing)",
+              o.max_new_tokens, o.block_size);
+  if (o.sampling.temperature != 0)
+    bad_input("temperature: {} is not run for block diffusion: sonde decodes batch_sample greedily (temperature 0); "
+              "its top-p sampling draws with torch.multinomial, which sonde does not reproduce",
+              o.sampling.temperature);
+}
+
+}  // namespace
+
 void check_diffusion_options(const DiffusionOptions& o) {
-  if (o.loop == DiffusionLoop::BlockDiffusion) refuse_block_diffusion();
+  if (o.loop == DiffusionLoop::BlockDiffusion) return check_block_diffusion(o);
   if (o.steps < 1) bad_input("steps must be at least 1, got {}", o.steps);
   if (o.max_new_tokens < 1) bad_input("max_new_tokens must be at least 1, got {}", o.max_new_tokens);
   if (o.loop == DiffusionLoop::SemiArRemasking) {  // generate.py's asserts, as errors
@@ -222,6 +247,7 @@ DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::
                                    const DiffusionOptions& o, const DiffusionCallback& on_step) {
   check_diffusion_options(o);
   if (o.loop == DiffusionLoop::SemiArRemasking) return remasking_generate(model, prompts, o, on_step);
+  if (o.loop == DiffusionLoop::BlockDiffusion) return block_diffusion_generate(model, prompts, o, on_step);
   if (o.mode != DiffusionMode::Exact || !scheduled(o)) return blockwise_generate(model, prompts, o, on_step);
   Canvas c = make_canvas(left_pad(prompts, o.pad_id), o);
   const std::int64_t B = c.B, N = c.N, V = model.vocab_size();

@@ -45,4 +45,8 @@ DiffusionResult blockwise_generate(DecodeForward& model, const std::vector<std::
 DiffusionResult remasking_generate(DecodeForward& model, const std::vector<std::vector<std::int32_t>>& prompts,
                                    const DiffusionOptions& o, const DiffusionCallback& on_step);
 
+// Fast-dLLM v2's batch_sample (DiffusionLoop::BlockDiffusion): decode_diffusion_bd.cpp.
+DiffusionResult block_diffusion_generate(DecodeForward& model, const std::vector<std::vector<std::int32_t>>& prompts,
+                                         const DiffusionOptions& o, const DiffusionCallback& on_step);
+
 }  // namespace sonde::diffusion_detail

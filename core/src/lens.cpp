@@ -102,6 +102,9 @@ LensResult logit_lens(Session& s, const std::vector<std::int32_t>& ids, std::int
 DiffusionLens logit_lens_diffusion(Session& s, const std::vector<std::int32_t>& prompt, const DiffusionOptions& d,
                                    std::int64_t top_k) {
   check_lens(s, top_k);
+  if (d.loop == DiffusionLoop::BlockDiffusion)  // each step's forward computes one block, not the canvas
+    bad_input("lens: block diffusion's steps compute one block each, not every slot of the canvas; a diffusion lens "
+              "needs the whole canvas per step");
   const std::int64_t L = s.config().num_hidden_layers, H = s.config().hidden_size;
   CaptureSpec spec;
   const auto points = s.hook_points();

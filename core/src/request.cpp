@@ -45,7 +45,8 @@ const std::vector<std::string>& GenerationSettings::keys() {
   static const std::vector<std::string> names{"max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
                                               "seed", "steps", "alg", "alg_temp", "eps", "eos_penalty", "stop",
                                               "diffusion_mode", "block_size", "threshold", "tokens_per_step",
-                                              "refresh_every", "block_length", "remasking", "cfg_scale"};
+                                              "refresh_every", "block_length", "remasking", "cfg_scale",
+                                              "small_block_size"};
   return names;
 }
 
@@ -71,6 +72,7 @@ GenerationSettings GenerationSettings::overridden_by(const GenerationSettings& o
   take(s.block_length, o.block_length);
   take(s.remasking, o.remasking);
   take(s.cfg_scale, o.cfg_scale);
+  take(s.small_block_size, o.small_block_size);
   return s;
 }
 
@@ -96,6 +98,7 @@ json GenerationSettings::to_json() const {
   set_if(j, "block_length", block_length);
   set_if(j, "remasking", remasking);
   set_if(j, "cfg_scale", cfg_scale);
+  set_if(j, "small_block_size", small_block_size);
   return j;
 }
 
@@ -124,6 +127,7 @@ GenerationSettings GenerationSettings::from_json(const json& o) {
     else if (key == "refresh_every") s.refresh_every = whole(key, v);
     else if (key == "threshold") s.threshold = number(key, v);
     else if (key == "block_length") s.block_length = whole(key, v);
+    else if (key == "small_block_size") s.small_block_size = whole(key, v);
     else if (key == "cfg_scale") s.cfg_scale = number(key, v);
     else if (key == "alg" || key == "diffusion_mode" || key == "remasking") {
       if (!v.is_string()) bad_value(key, v);
@@ -164,8 +168,7 @@ void GenerationSettings::check_diffusion_settings() const {
   const auto mode = parse_diffusion_mode(diffusion_mode.value_or("exact"));
   const auto a = parse_diffusion_alg(alg.value_or("entropy"));
   if (block_size && *block_size < 1) bad_input("block_size: {} is less than 1", *block_size);
-  if (block_size && mode == DiffusionMode::Exact)
-    bad_input("block_size: {} needs diffusion_mode block (exact mode has one block, the whole generation)", *block_size);
+  if (small_block_size && *small_block_size < 1) bad_input("small_block_size: {} is less than 1", *small_block_size);
   if (threshold && !(std::isfinite(*threshold) && *threshold > 0 && *threshold <= 1))
     bad_input("threshold: {} is outside (0, 1]", *threshold);
   // Without an alg the model decides: LLaDA's loop takes a threshold alone (resolve_diffusion
@@ -232,10 +235,45 @@ void resolve_remasking(const GenerationSettings& s, DiffusionOptions& d) {
   d.eos_penalty = 0;  // LLaDA's generate() has no padding penalty (generation_config's is Dream-Coder's)
 }
 
+// Fast-dLLM v2's batch_sample: block_size, small_block_size, threshold, max_new_tokens; greedy.
+DiffusionOptions resolve_block_diffusion(const GenerationSettings& s, const ModelConfig& cfg, DiffusionOptions d) {
+  const std::pair<const char*, bool> others[] = {
+      {"steps", s.steps.has_value()}, {"alg", s.alg.has_value()}, {"eps", s.eps.has_value()},
+      {"alg_temp", s.alg_temp.has_value()}, {"top_p", s.top_p.has_value()}, {"top_k", s.top_k.has_value()},
+      {"diffusion_mode", s.diffusion_mode.has_value()}, {"tokens_per_step", s.tokens_per_step.has_value()},
+      {"refresh_every", s.refresh_every.has_value()}, {"block_length", s.block_length.has_value()},
+      {"remasking", s.remasking.has_value()}, {"cfg_scale", s.cfg_scale.has_value()}};
+  for (const auto& [name, set] : others)
+    if (set)
+      bad_input("{}: is not a setting of this model's generation, Fast-dLLM v2's block diffusion (block_size, "
+                "small_block_size, threshold, max_new_tokens; greedy)",
+                name);
+  d.loop = DiffusionLoop::BlockDiffusion;
+  d.attention_block = cfg.bd_size.value_or(0);
+  d.block_size = s.block_size.value_or(cfg.bd_size.value_or(32));
+  d.small_block_size = s.small_block_size.value_or(8);  // the published evaluation's default
+  d.threshold = s.threshold.value_or(0.9);
+  d.sampling.temperature = s.temperature.value_or(0.0);  // batch_sample's default, not generation_config's
+  // batch_sample's stop_token (151645, <|im_end|>) is the published config.json's eos_token_id.
+  const auto& eos = cfg.eos_token_ids.empty() ? cfg.generation.eos_token_ids : cfg.eos_token_ids;
+  if (eos.empty()) bad_input("{}: config.json has no eos_token_id (the stop token of block diffusion)", cfg.dir.string());
+  d.stop_id = static_cast<std::int32_t>(eos.front());
+  return d;
+}
+
 }  // namespace
 
 DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg, DiffusionLoop loop) {
-  if (loop == DiffusionLoop::BlockDiffusion) refuse_block_diffusion();
+  return resolve_diffusion(s, cfg, loop, std::nullopt);
+}
+
+DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg, const ModelInfo& info) {
+  return resolve_diffusion(s, cfg, info.diffusion_loop,
+                           info.mask_token_id >= 0 ? std::optional<std::int64_t>(info.mask_token_id) : std::nullopt);
+}
+
+DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg, DiffusionLoop loop,
+                                   std::optional<std::int64_t> model_mask) {
   const auto& gen = cfg.generation;
   DiffusionOptions d;
   d.max_new_tokens = resolve_max_new_tokens(s, cfg);
@@ -247,7 +285,11 @@ DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfi
       if (set) bad_input("{}: is a setting of LLaDA's generate(); this model does not generate that way", name);
     if (s.threshold && parse_diffusion_alg(s.alg.value_or("entropy")) != DiffusionAlg::ConfidenceThreshold)
       bad_input("threshold: {} needs alg confidence_threshold, not {}", *s.threshold, s.alg.value_or("entropy"));
+    if (s.block_size && parse_diffusion_mode(s.diffusion_mode.value_or("exact")) == DiffusionMode::Exact)
+      bad_input("block_size: {} needs diffusion_mode block (exact mode has one block, the whole generation)", *s.block_size);
   }
+  if (loop != DiffusionLoop::BlockDiffusion && s.small_block_size)
+    bad_input("small_block_size: is a setting of Fast-dLLM v2's block diffusion; this model does not generate that way");
   d.steps = s.steps.value_or(d.max_new_tokens);
   d.eps = s.eps.value_or(gen.eps.value_or(1e-3));
   d.sampling.alg = parse_diffusion_alg(s.alg.value_or("entropy"));
@@ -264,11 +306,12 @@ DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfi
   d.threshold = s.threshold.value_or(d.threshold);
   d.tokens_per_step = s.tokens_per_step.value_or(0);
   d.refresh_every = s.refresh_every.value_or(0);
-  const auto mask = cfg.mask_token_id ? cfg.mask_token_id : gen.mask_token_id;
+  const auto mask = cfg.mask_token_id ? cfg.mask_token_id : gen.mask_token_id ? gen.mask_token_id : model_mask;
   if (!mask) bad_input("{}: config.json has no mask_token_id", cfg.dir.string());
   d.mask_id = static_cast<std::int32_t>(*mask);
   d.pad_id = static_cast<std::int32_t>(cfg.pad_token_id.value_or(gen.pad_token_id.value_or(0)));
   if (loop == DiffusionLoop::SemiArRemasking) resolve_remasking(s, d);
+  if (loop == DiffusionLoop::BlockDiffusion) return resolve_block_diffusion(s, cfg, d);
   return d;
 }
 

@@ -48,13 +48,15 @@ Generated generate_batch(RunModel& s, DecodeForward& fwd, const std::vector<cons
   const GenerationSettings& settings = batch.front()->settings;  // equal across a micro-batch
   const Tokenizer* tok = s.tokenizer();
   if (s.info().decoding == DecodingKind::MaskedDiffusion) {
-    DiffusionOptions d = resolve_diffusion(settings, s.config(), s.info().diffusion_loop);
+    DiffusionOptions d = resolve_diffusion(settings, s.config(), s.info());
     d.seeds = seeds;
+    std::int64_t longest = 0;  // the left-padded prompt width
+    for (const auto& p : prompts) longest = std::max(longest, static_cast<std::int64_t>(p.size()));
     DiffusionCallback on_step;
     if (o.record_history || o.on_step)
       on_step = [&](const DiffusionStep& st) {
         for (std::size_t r = 0; r < prompts.size(); ++r) {  // the canvas without its left padding
-          const auto pad = st.length - d.max_new_tokens - static_cast<std::int64_t>(prompts[r].size());
+          const auto pad = longest - static_cast<std::int64_t>(prompts[r].size());
           const auto row = st.canvas.begin() + static_cast<std::int64_t>(r) * st.length;
           std::vector<std::int32_t> canvas(row + pad, row + st.length);
           if (o.on_step) o.on_step(batch[r]->index, st.step, canvas);
@@ -64,7 +66,9 @@ Generated generate_batch(RunModel& s, DecodeForward& fwd, const std::vector<cons
     auto cap = diffusion_generate_captured(fwd, prompts, d, spec, idx, on_step);
     for (std::size_t r = 0; r < batch.size(); ++r) {
       g.results[r].completion = cap.result.completions[r];
-      g.results[r].finish_reason = "length";
+      const bool stopped = d.loop == DiffusionLoop::BlockDiffusion && !g.results[r].completion.empty() &&
+                           g.results[r].completion.back() == d.stop_id;  // the one loop that stops
+      g.results[r].finish_reason = stopped ? "eos" : "length";
     }
     g.captured = std::move(cap.captured);
   } else {
@@ -298,7 +302,9 @@ void generate_all(RunModel& s, const std::vector<PreparedRequest>& list, const C
   Commits commits{total, start, rows_before};
   std::int64_t next = start;
   while (next < total) {
-    const auto batch = next_batch(list, static_cast<std::size_t>(next), o.batch_size);
+    // Block diffusion runs each prompt as its own sequence (its blocks follow the prompt's length).
+    const bool alone = s.info().diffusion() && s.info().diffusion_loop == DiffusionLoop::BlockDiffusion;
+    const auto batch = next_batch(list, static_cast<std::size_t>(next), alone ? 1 : o.batch_size);
     std::vector<std::int64_t> lens;
     std::vector<std::string> ids;
     for (const auto* p : batch) {

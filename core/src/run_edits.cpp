@@ -209,7 +209,7 @@ std::vector<Edit> run_edits(const RunModel& s, const RunOptions& o, const std::v
     if (o.kind == RunKind::Generate) len += resolve_max_new_tokens(p.settings, s.config());
     lim.max_position = std::max(lim.max_position, len);
     if (lim.diffusion)
-      lim.steps = std::max(lim.steps, resolve_diffusion(p.settings, s.config(), s.info().diffusion_loop).steps + (final_capture ? 1 : 0));
+      lim.steps = std::max(lim.steps, resolve_diffusion(p.settings, s.config(), s.info()).steps + (final_capture ? 1 : 0));
     lim.prompt_ids.push_back(p.id);
     lim.prompt_tokens.push_back(p.ids);
   }

@@ -12,7 +12,7 @@ EngineRequest engine_request(const RunModel& m, const Request& r, const RunOptio
   q.id = p.id;
   q.prompt = p.ids;
   if (m.info().decoding == DecodingKind::MaskedDiffusion) {
-    q.diffusion = resolve_diffusion(p.settings, m.config(), m.info().diffusion_loop);
+    q.diffusion = resolve_diffusion(p.settings, m.config(), m.info());
     q.diffusion.seeds = {p.seed};
   } else {
     q.ar = resolve_autoregressive(p.settings, m.config(), m.tokenizer());

@@ -53,7 +53,7 @@ void run_lens(RunModel& s, const PreparedRequest& p, const RunOptions& o, Output
   Session& session = *s.session();
   std::vector<std::int32_t> ids = p.ids;
   if (o.lens.diffusion) {
-    const auto d = resolve_diffusion(p.settings, s.config(), s.info().diffusion_loop);
+    const auto d = resolve_diffusion(p.settings, s.config(), s.info());
     DiffusionLens lens = logit_lens_diffusion(session, ids, d, o.lens.top_k);
     std::vector<const LensResult*> steps;
     for (const auto& r : lens.per_step) steps.push_back(&r);

@@ -25,13 +25,20 @@ namespace {
 nlohmann::json decoding(const RunModel& s, const std::vector<PreparedRequest>& prepared) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& p : prepared) {
-    const DiffusionOptions d = resolve_diffusion(p.settings, s.config(), s.info().diffusion_loop);
+    const DiffusionOptions d = resolve_diffusion(p.settings, s.config(), s.info());
     if (d.loop == DiffusionLoop::SemiArRemasking) {  // LLaDA's generate(): its own names
       nlohmann::json e{{"loop", "llada_generate"}, {"diffusion_mode", diffusion_mode_name(d.mode)}, {"steps", d.steps},
                        {"max_new_tokens", d.max_new_tokens}, {"block_length", d.block_length},
                        {"remasking", remasking_name(d.remasking)}, {"cfg_scale", d.cfg_scale},
                        {"temperature", d.sampling.temperature}, {"cache", diffusion_cache_name(d.mode)}};
       if (d.remasking_threshold) e["threshold"] = *d.remasking_threshold;
+      if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+      continue;
+    }
+    if (d.loop == DiffusionLoop::BlockDiffusion) {  // Fast-dLLM v2's batch_sample: its own names
+      nlohmann::json e{{"loop", "fast_dllm_v2_batch_sample"}, {"diffusion_mode", "block_diffusion"}, {"block_size", d.block_size},
+                       {"small_block_size", d.small_block_size}, {"threshold", d.threshold},
+                       {"max_new_tokens", d.max_new_tokens}, {"stop_token", d.stop_id}, {"cache", "blocks"}};
       if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
       continue;
     }
@@ -134,6 +141,7 @@ RunMetadata run_metadata(const RunModel& s, const nlohmann::json& run_config, co
       } else {
         m.ints["block_size"] = e.value("block_size", e["max_new_tokens"].get<std::int64_t>());
       }
+      if (e.contains("small_block_size")) m.ints["small_block_size"] = e["small_block_size"].get<std::int64_t>();
       if (e.contains("threshold")) m.strings["threshold"] = e["threshold"].dump();
       if (e.contains("tokens_per_step")) m.ints["tokens_per_step"] = e["tokens_per_step"].get<std::int64_t>();
       if (e.contains("refresh_every")) m.ints["refresh_every"] = e["refresh_every"].get<std::int64_t>();

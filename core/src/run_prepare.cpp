@@ -28,7 +28,7 @@ std::vector<std::int32_t> tokenize(const RunModel& s, const Request& r, std::str
 void check_decoding_settings(const RunModel& s, const Request& r, const GenerationSettings& g) {
   try {
     if (s.info().decoding == DecodingKind::MaskedDiffusion) {
-      check_diffusion_options(resolve_diffusion(g, s.config(), s.info().diffusion_loop));
+      check_diffusion_options(resolve_diffusion(g, s.config(), s.info()));
     } else if (g.diffusion_mode && *g.diffusion_mode != "exact") {
       bad_input("diffusion_mode: {} needs a diffusion model; {} decodes autoregressively", *g.diffusion_mode,
                 s.model_dir().string());

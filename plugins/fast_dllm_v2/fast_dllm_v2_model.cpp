@@ -25,7 +25,7 @@ class FastDllmV2Model final : public common::DecoderModel {
     ModelInfo i = decoder_info();
     i.arch = "fast_dllm_v2";
     i.decoding = DecodingKind::MaskedDiffusion;
-    i.diffusion_loop = DiffusionLoop::BlockDiffusion;  // batch_sample: not a loop sonde runs yet
+    i.diffusion_loop = DiffusionLoop::BlockDiffusion;  // batch_sample (core/src/decode_diffusion_bd.cpp)
     i.causal = false;
     i.prediction_shift = 1;
     i.mask_token_id = mask_token_id_;

@@ -1,7 +1,8 @@
 // Fast-dLLM v2's bad input: a bd_size that is not a positive integer, a mask token outside the
 // vocabulary (given, or batch_sample's default 151665 when config.json names none), another
-// architecture class, and generation, which sonde does not run for block diffusion yet: exit 2
-// and one line naming the file, the field and the value. Each case starts from fresh
+// architecture class, and generation settings batch_sample cannot run with (a sub-block not
+// dividing the block, a block not dividing bd_size, a threshold outside (0, 1], a temperature,
+// another loop's settings): exit 2 and one line naming the file or setting and the value. Each case starts from fresh
 // `make-model --arch fast_dllm_v2 --preset tiny` output.
 #include "checkpoint.h"
 #include "expect.h"
@@ -68,10 +69,44 @@ TEST_F(FastDllmV2BadInput, AnotherArchitecture) {
   EXPECT_TRUE(one_line_error(forward(), "forward", {cfg_.string(), "architectures", "Qwen2ForCausalLM"}, {"supported"}));
 }
 
-// batch_sample is not a loop sonde runs yet: generation is refused, never run as Dream's.
-TEST_F(FastDllmV2BadInput, GenerationIsRefusedNotRunAnotherWay) {
-  const auto o = run({"generate", "--model", model_.string(), "--ids", "1,2,3", "--json", "--max-new-tokens", "8"});
-  EXPECT_TRUE(one_line_error(o, "generate", {"block diffusion"}, {"does not run", "not"}));
+// batch_sample's settings that cannot run: one line naming the setting and its value, exit 2.
+TEST_F(FastDllmV2BadInput, GenerationSettingsThatCannotRun) {
+  const auto gen = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a{"generate", "--model", model_.string(), "--ids", "1,2,3", "--json", "--max-new-tokens", "32"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a);
+  };
+  EXPECT_TRUE(one_line_error(gen({"--small-block-size", "5"}), "generate", {"small_block_size", "5", "block_size 32"},
+                             {"does not divide"}));
+  EXPECT_TRUE(one_line_error(gen({"--block-size", "8", "--small-block-size", "16"}), "generate",
+                             {"small_block_size", "16", "block_size 8"}, {"does not divide"}));
+  EXPECT_TRUE(one_line_error(gen({"--threshold", "0"}), "generate", {"threshold", "0"}, {"outside (0, 1]"}));
+  EXPECT_TRUE(one_line_error(gen({"--threshold", "1.5"}), "generate", {"threshold", "1.5"}, {"outside (0, 1]"}));
+  EXPECT_TRUE(one_line_error(gen({"--small-block-size", "0"}), "generate", {"small_block_size", "0"}, {"less than 1"}));
+  EXPECT_TRUE(one_line_error(gen({"--block-size", "24"}), "generate", {"block_size", "24", "bd_size 32"}, {"does not divide"}));
+  EXPECT_TRUE(one_line_error(gen({"--block-size", "64"}), "generate", {"block_size", "64", "bd_size 32"}, {"does not divide"}));
+  EXPECT_TRUE(one_line_error(gen({"--temperature", "0.7"}), "generate", {"temperature", "0.7"}, {"greedily"}));
+  EXPECT_TRUE(one_line_error(gen({"--steps", "4"}), "generate", {"steps"}, {"not a setting"}));
+  EXPECT_TRUE(one_line_error(gen({"--diffusion-mode", "block"}), "generate", {"diffusion_mode"}, {"not a setting"}));
+  const auto few = run({"generate", "--model", model_.string(), "--ids", "1,2,3", "--json", "--max-new-tokens", "16"});
+  EXPECT_TRUE(one_line_error(few, "generate", {"max_new_tokens", "16", "block_size 32"}, {"less than"}));
+}
+
+// The same settings are refused for a model that does not decode by block diffusion.
+TEST(FastDllmV2BadInputOtherModels, SmallBlockSizeIsNotDreams) {
+  const auto dream = temp_dir() / "dream";
+  make_tiny_model(dream, "dream");
+  const auto o = run({"generate", "--model", dream.string(), "--ids", "1,2,3", "--json", "--max-new-tokens", "8",
+                      "--small-block-size", "4"});
+  EXPECT_TRUE(one_line_error(o, "generate", {"small_block_size"}, {"Fast-dLLM v2"}));
+}
+
+// Nothing wrong: it generates, as many tokens as batch_sample's whole blocks give.
+TEST_F(FastDllmV2BadInput, ItGeneratesWhenNothingIsWrong) {
+  const auto o = run({"generate", "--model", model_.string(), "--ids", "1,2,3", "--json", "--max-new-tokens", "32",
+                      "--block-size", "16", "--small-block-size", "4", "--threshold", "0.5"});
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("completion_ids"), std::string::npos) << o.out;
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ one file tests/data/<case>.h5 holding
 * generation goldens: the root attribute `fdv2_generation_cases` (JSON), one entry per case with
   the prompt, batch_sample's settings and the sequence it returns (greedy). Each case redraws its
   prompt (LCG seed + attempt) until every decision clears THRESHOLDS, so an f32 engine must agree
-  token for token. sonde does not run this decoding yet; the cases are the oracle for when it does.
+  token for token. tests/models/test_fdv2_generate.cpp runs them through `sonde generate` on every backend.
 Before writing, the cached forward (block by block over the KV cache, as batch_sample calls it) is
 checked against one full block-causal forward of the same sequence.
 """

@@ -19,7 +19,8 @@ Finished = namedtuple("Finished", "result")
 ROW_KINDS = {0: "prompt", 1: "generated", 2: "special", 3: "masked", 4: "committed"}
 
 # The diffusion modes' settings (a dataset line's keys; submit() takes them as **settings).
-_MORE_SETTINGS = ("diffusion_mode", "block_size", "tokens_per_step", "refresh_every", "threshold", "eos_penalty")
+_MORE_SETTINGS = ("diffusion_mode", "block_size", "tokens_per_step", "refresh_every", "threshold", "eos_penalty",
+                  "small_block_size")
 # Every generation setting: generate()'s keywords, generate_stream's and batch()'s defaults.
 _SETTINGS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "stop", "steps",
              "alg", "eps", "alg_temp") + _MORE_SETTINGS
@@ -271,7 +272,7 @@ class Model:
                  repetition_penalty=None, stop=None, steps=None, alg=None, eps=None, alg_temp=None, seed=0,
                  hooks=None, positions="all", capture="commit", storage="f32", batch_size=0, history=False,
                  diffusion_mode=None, block_size=None, threshold=None, tokens_per_step=None, refresh_every=None,
-                 sae_sparse=None, eos_penalty=None):
+                 sae_sparse=None, eos_penalty=None, small_block_size=None):
         """Generates from each prompt with the model's decoding (autoregressive for Qwen2, masked
         diffusion for Dream), as `sonde generate` does; returns a Generation.
 
@@ -281,6 +282,8 @@ class Model:
         dual-cache), block_size, threshold, tokens_per_step, refresh_every: the command line's
         --diffusion-mode, --block-size, --threshold, --tokens-per-step, --refresh-every; eos_penalty:
         Dream-Coder's padding penalty (--eos-penalty, docs/models.md).
+        Fast-dLLM v2 (block diffusion): block_size, small_block_size, threshold as batch_sample
+        names them (--block-size, --small-block-size, --threshold; docs/models.md).
         seed: prompt i uses seed + i. hooks/positions/capture/storage choose what is captured
         (docs/capture.md); batch_size: prompts per micro-batch (0: all at once). sae_sparse
         ("nonzero" or "top:K"): captured *.hook_sae_acts_post as sonde.SparseRows (CSR).
@@ -289,7 +292,7 @@ class Model:
                         repetition_penalty=repetition_penalty, stop=stop, steps=steps, alg=alg, eps=eps,
                         alg_temp=alg_temp, diffusion_mode=diffusion_mode, block_size=block_size,
                         threshold=threshold, tokens_per_step=tokens_per_step, refresh_every=refresh_every,
-                        eos_penalty=eos_penalty)
+                        eos_penalty=eos_penalty, small_block_size=small_block_size)
         reqs, options = self._generate_call(prompts, seed, hooks, positions, capture, storage, batch_size,
                                             history, settings, sae_sparse)
         return Generation(self._run(reqs, options))

@@ -144,7 +144,7 @@ Request chat_prompt(const json& body, const ModelTraits& m) {
 const std::vector<std::string>& diffusion_keys() {
   static const std::vector<std::string> k{"steps",      "alg",       "eps",          "alg_temp",       "diffusion_mode",
                                           "block_size", "threshold", "tokens_per_step", "refresh_every",
-                                          "eos_penalty"};
+                                          "eos_penalty",          "small_block_size"};
   return k;
 }
 
@@ -216,6 +216,7 @@ const std::vector<OptionAlias>& run_option_fields() {
       {"threshold", "defaults.threshold"},
       {"tokens_per_step", "defaults.tokens_per_step"},
       {"refresh_every", "defaults.refresh_every"},
+      {"small_block_size", "defaults.small_block_size"},
       {"hooks", "capture.hooks"},
       {"positions", "capture.positions"},
       {"diffusion_capture", "capture.diffusion_capture"},

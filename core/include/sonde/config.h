@@ -37,6 +37,9 @@ struct ModelConfig {
   std::string hidden_act, torch_dtype;
   std::optional<std::int64_t> bos_token_id, pad_token_id, mask_token_id;
   std::vector<std::int64_t> eos_token_ids;
+  // Block-diffusion models (Fast-dLLM v2): the attention block of the block-causal mask, which is
+  // also the default generation block (DiffusionOptions::block_size).
+  std::optional<std::int64_t> bd_size;
   std::string raw_json;
   GenerationConfig generation;
 

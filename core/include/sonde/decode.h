@@ -158,15 +158,27 @@ struct DiffusionOptions {
   // every candidate whose confidence reaches it, the most confident always (parallel decoding),
   // and a block then ends when it has no mask left. docs/models.md states the loops exactly.
   std::optional<double> remasking_threshold;
+  // Fast-dLLM v2's batch_sample (loop BlockDiffusion; docs/models.md, arXiv 2509.26328): blocks of
+  // block_size slots decoded in order over a K/V cache of the completed blocks, each in sub-blocks
+  // of small_block_size filled by the threshold (every masked slot with p > threshold, and always
+  // the most confident), greedy; a committed stop_id ends the generation once its block is full.
+  std::int64_t small_block_size = 8;
+  std::int64_t attention_block = 0;  // the model's bd_size: block_size must divide it
+  std::int32_t stop_id = -1;
 };
+
+// The canvas a loop reports steps on (DiffusionStep::length) for prompts padded to T tokens:
+// T + max_new_tokens, or for BlockDiffusion (one prompt of T tokens) every block batch_sample
+// decodes, (T / block_size + max_new_tokens / block_size) * block_size slots, and one more block
+// whose first slot takes the token the last block's closing forward predicts.
+std::int64_t diffusion_canvas_width(const DiffusionOptions& o, std::int64_t T);
 
 // BadInput for options no loop can run: steps or max_new_tokens < 1, eps outside (0, 1), a
 // negative alg_temp or block_size < 1, threshold outside (0, 1], tokens_per_step < 0 or set with
 // origin or confidence_threshold, fewer steps than blocks, refresh_every < 0 or set without a
-// cached mode.
+// cached mode; BlockDiffusion: small_block_size not dividing block_size, block_size not dividing
+// attention_block, max_new_tokens < block_size, a temperature.
 void check_diffusion_options(const DiffusionOptions& o);
-// BadInput for a model whose published decoding is DiffusionLoop::BlockDiffusion: no loop runs it yet.
-[[noreturn]] void refuse_block_diffusion();
 
 // The blocks of the generation (slots [start, start + length) after the prompt) and the steps
 // each gets: exact mode is one block of max_new_tokens slots with all the steps; block mode gives

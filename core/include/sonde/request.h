@@ -35,6 +35,9 @@ struct GenerationSettings {
   std::optional<std::int64_t> block_length;
   std::optional<std::string> remasking;
   std::optional<double> cfg_scale;
+  // Fast-dLLM v2's batch_sample (DiffusionLoop::BlockDiffusion): its sub-block size (block_size
+  // and threshold are the fields above, with the meaning batch_sample gives them).
+  std::optional<std::int64_t> small_block_size;
   std::optional<std::vector<std::string>> stop;   // autoregressive stop strings
   std::optional<std::uint64_t> seed;              // else the run's seed + the request's index
 
@@ -51,8 +54,9 @@ struct GenerationSettings {
   // BadInput "name: value ..." for max_new_tokens or steps < 1, a negative top_k, temperature or
   // alg_temp or eos_penalty, top_p outside (0, 1], repetition_penalty <= 0, eps outside (0, 1), an unknown alg
   // or diffusion_mode, block_size or tokens_per_step < 1, threshold outside (0, 1] or with an alg
-  // other than confidence_threshold, block_size with mode exact, tokens_per_step with origin or
-  // confidence_threshold, refresh_every < 1 or without a cached mode.
+  // other than confidence_threshold, tokens_per_step with origin or confidence_threshold,
+  // refresh_every < 1 or without a cached mode, small_block_size < 1. (Dream's block_size with mode
+  // exact is refused by resolve_diffusion: block diffusion takes a block_size alone.)
   void check() const;
   void check_diffusion_settings() const;  // the diffusion part of check()
   // The keys from_json accepts.
@@ -82,8 +86,17 @@ ArOptions resolve_autoregressive(const GenerationSettings& s, const ModelConfig&
 // diffusion_mode (exact, block-cache, dual-cache) and threshold; BadInput for a setting of the
 // other loop (alg, eps, alg_temp, top_p, top_k, block_size, tokens_per_step, refresh_every), for
 // LLaDA's with Dream's loop, and for a threshold with Dream's loop but not alg confidence_threshold.
+// BlockDiffusion (Fast-dLLM v2's batch_sample): block_size (default config.json's bd_size),
+// small_block_size (default 8), threshold (default 0.9), max_new_tokens, greedy; the stop token is
+// the first eos_token_id (config.json's, else generation_config.json's); BadInput for any other
+// setting but a temperature of 0.
 DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg,
                                    DiffusionLoop loop = DiffusionLoop::DreamTimesteps);
+// The same for a loaded model: its loop, and its mask token when neither config file names one
+// (a plugin's published default, ModelInfo::mask_token_id).
+DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg, const ModelInfo& info);
+DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg, DiffusionLoop loop,
+                                   std::optional<std::int64_t> model_mask);
 
 // A completion's text, or nullopt without a tokenizer: cut before the first of the model's end
 // tokens (Dream: model-spec §3.5), and an autoregressive one before its first stop string.
