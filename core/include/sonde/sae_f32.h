@@ -15,6 +15,10 @@
 #include <numeric>
 #include <vector>
 
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
+
 namespace sonde::ops {
 
 // A float's bits as an int32 in the float's order (negatives' magnitude bits flipped): one
@@ -25,28 +29,27 @@ inline std::int32_t float_order(float f) {
   return s ^ ((s >> 31) & 0x7FFFFFFF);
 }
 
-// Whether any of p[0..16) is not below `bar` (or is a NaN): four 4-lane float compares (GCC's
-// vector extension, also clang's). A prefilter of top_k_indices's exact test: a value whose
-// float_order beats the bar's is never below the bar as a float (float_order is monotone in
-// float order; NaNs and -0 against +0 pass here and are settled by the exact test).
-inline bool any_not_below(const float* p, float bar) {
-  using v4f = float __attribute__((vector_size(16)));
-  using v4i = std::int32_t __attribute__((vector_size(16)));
-  v4i below = {-1, -1, -1, -1};
-  const v4f b = {bar, bar, bar, bar};
-  for (int q = 0; q < 16; q += 4) {
-    v4f v;
-    std::memcpy(&v, p + q, sizeof v);
-    below &= v < b;
-  }
-  return (below[0] & below[1] & below[2] & below[3]) == 0;
+// The lanes of p[0..16) not below `bar` (NaNs included), as the bits of a mask: four 4-lane
+// compares. A prefilter of top_k_indices's exact test: a value whose float_order beats the bar's
+// is never below the bar as a float (float_order is monotone in float order; NaNs, and -0 against
+// +0, pass here and are settled by the exact test).
+inline unsigned lanes_not_below(const float* p, float bar) {
+  unsigned mask = 0;
+#if defined(__SSE__)
+  const __m128 b = _mm_set1_ps(bar);
+  for (int q = 0; q < 4; ++q)
+    mask |= static_cast<unsigned>(_mm_movemask_ps(_mm_cmpnlt_ps(_mm_loadu_ps(p + 4 * q), b))) << (4 * q);
+#else
+  for (int t = 0; t < 16; ++t) mask |= static_cast<unsigned>(!(p[t] < bar)) << t;
+#endif
+  return mask;
 }
 
 // The k largest of row[0..N) (ties: the lower index), as indices in `idx` [0..k), in no order.
 // One pass keeping candidates: a value enters if its order beats the k-th best known at the
 // last compaction (a later index loses a tie), and when 4k have gathered, nth_element keeps
 // the k best of them and raises the bar. After a few hundred values almost nothing enters,
-// so the scan is a float compare per value, 16 at a time. (nth_element over all 16,384 features
+// so the scan is a float compare per value, 16 at a time, and only passing lanes are looked at. (nth_element over all 16,384 features
 // of a row cost the qwen2.5-0.5b forward about one more encoder Linear a row at k = 64.)
 // `zero`, when given, is the row's output [0..N): zeroed block by block as the scan passes, so the
 // caller need not fill it in a pass of its own before writing the k kept values.
@@ -79,8 +82,9 @@ inline void top_k_indices(const float* row, std::int64_t N, std::int64_t k, std:
   std::int64_t j = k;
   for (; j + kBlock <= N; j += kBlock) {
     if (zero) std::memset(zero + j, 0, kBlock * sizeof(float));
-    if (any_not_below(row + j, bar_value))
-      for (std::int64_t t = 0; t < kBlock; ++t) offer(j + t);
+    // Only the lanes that pass are offered (a scalar pass over a block with one candidate cost
+    // more than the vector test: about a block in five has one while the bar is still low).
+    for (unsigned m = lanes_not_below(row + j, bar_value); m != 0; m &= m - 1) offer(j + std::countr_zero(m));
   }
   for (; j < N; ++j) {
     if (zero) zero[j] = 0.0f;
