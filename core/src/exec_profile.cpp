@@ -1,6 +1,8 @@
 // ExecProfile: the executor's opt-in per-node timing (exec_profile.h).
 #include <sonde/exec_profile.h>
 
+#include <fmt/core.h>
+
 #include <algorithm>
 
 namespace sonde {
@@ -11,10 +13,12 @@ void ExecProfile::add(const Graph& g, const Node& node, double seconds, double t
                                  static_cast<double>(g.nodes[static_cast<std::size_t>(node.inputs[0])].shape.last())
                            : 0.0;
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto [it, fresh] = index_.try_emplace({node.name(), static_cast<int>(node.op)}, nodes_.size());
+  // An unnamed node (the k and v projections, say) is told apart by its place in the graph.
+  const std::string name = node.names.empty() ? fmt::format("(unnamed #{})", &node - g.nodes.data()) : node.name();
+  const auto [it, fresh] = index_.try_emplace({name, static_cast<int>(node.op)}, nodes_.size());
   if (fresh) {
     nodes_.emplace_back();
-    nodes_.back().name = node.name();
+    nodes_.back().name = name;
     nodes_.back().op = node.op;
   }
   NodeTime& t = nodes_[it->second];
