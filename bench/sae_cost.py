@@ -7,11 +7,16 @@
    the time per row of one Linear of the SAE encoder's size (T x d_in x 16384, f32 weights, the
    threaded backend's Linear timed by bin/gemm_bench between the rounds). Issue 31 asks that the
    SAE add at most that one Linear a row.
+   The same cost by node (steadier than wall time on a shared host): `sonde bench --mode prefill
+   --profile` of the same forward times each graph node; the SAE's own nodes (the encoder Linear,
+   the TopK activation, the tap's sparse cut of acts_post) are set against (a) the time of a Linear
+   of the encoder's FLOPs at the rate this forward's Linears of comparable size (gate, up, down) ran
+   at, and (b) gemm_bench's Linear of the encoder's size: "extra per row in Linears".
 2. disk: a TopK-64 SAE's hook_sae_acts_post over 10,000 rows stored sparse (--sae-sparse nonzero)
    against dense: the two HDF5 files of `sonde batch` on the tiny preset (the feature width, not
    the model, sets the size), whole files and /sparse alone. Issue 31 asks for under 1%.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/sae_cost.py --sonde build/bin/sonde [--rounds 5] [--tokens 128]
+    PYTHONPATH=build/python /usr/bin/python3 bench/sae_cost.py --sonde build/bin/sonde [--rounds 21] [--tokens 128] [--skip-disk]
 
 Makes the checkpoints and SAEs under --dir once (about 1 GB for qwen2.5-0.5b bf16). The host is
 shared: only the ratios within the run mean anything; the load average is printed before and after.
@@ -66,11 +71,52 @@ def linear_seconds(gemm_bench, m, k, n, threads):
     return min(r["seconds"] for r in rows if r["impl"] == "threaded")
 
 
+def profile_cost(a, d, s, hook):
+    """The SAE's nodes in a per-node profile of the forward (sonde bench --profile)."""
+    acts = hook + ".hook_sae_acts_post"
+    out = sh(a.sonde, "bench", "--model", d, "--backend", "threaded", "--threads", a.threads, "--mode", "prefill",
+             "--tokens", a.tokens, "--repeat", a.rounds, "--profile", "--json", "--sae", s, "--hooks", acts)
+    p = json.loads(out.strip().splitlines()[-1])["profile"]
+    gemm = os.path.join(os.path.dirname(os.path.abspath(a.sonde)), "gemm_bench")
+    linear_b = linear_seconds(gemm, a.tokens, 896, 16384, str(a.threads)) / a.tokens  # a row, gemm_bench's
+    rows = p["runs"] * a.tokens
+    mine = [n for n in p["nodes"] if n["name"].startswith(hook + ".hook_sae_")]
+    enc = [n for n in mine if n["op"] == "Linear"]
+    enc_flops = sum(n["flops"] for n in enc) / rows  # a row
+    # The forward's own Linears within 4x of the encoder's FLOPs a row (gate, up, down; not q/k/v/o
+    # nor the LM head): their rate gives what a Linear of the encoder's size costs inside this forward.
+    peers = [n for n in p["nodes"] if n["op"] == "Linear" and n not in mine
+             and enc_flops / 4 <= n["flops"] / rows <= enc_flops * 4]
+    rate = sum(n["seconds"] for n in peers) / sum(n["flops"] for n in peers)  # seconds a FLOP
+    linear_a = enc_flops * rate
+    print(f"per-node profile (sonde bench --profile, {p['runs']} runs of {a.tokens} tokens after a warm-up, "
+          f"threaded x{a.threads}): the forward's graph nodes {1e3 * p['node_seconds'] / p['runs']:.1f} ms a run")
+    print(f"  one Linear of the encoder's size ({enc_flops / 2 / 896:.0f} outputs x 896 a row, {enc_flops / 1e6:.1f} MFLOP) "
+          f"a row: (a) at the rate of this forward's {len(peers)} comparable Linears {linear_a * 1e3:.4f} ms, "
+          f"(b) gemm_bench {a.tokens}x896x16384 {linear_b * 1e3:.4f} ms")
+    parts = []
+    for n in mine:
+        if n["seconds"] > 0:
+            parts.append((f"{n['op']} {n['name']}", n["seconds"] / rows))
+        if n["taps"]:
+            parts.append((f"tap of {n['name']} (sparse cut)", n["tap_seconds"] / rows))
+    total = sum(t for _, t in parts)
+    extra = total - sum(n["seconds"] for n in enc) / rows
+    for name, t in parts:
+        print(f"  {name}: {t * 1e3:.4f} ms a row = {t / linear_a:.3f} Linears (a), {t / linear_b:.3f} (b)")
+    print(f"  the SAE's nodes in all: {total * 1e3:.4f} ms a row = {total / linear_a:.3f} Linears (a), "
+          f"{total / linear_b:.3f} (b); beyond its encoder {extra / linear_a:.3f} (a), {extra / linear_b:.3f} (b) "
+          f"(issue 31: <= 1 in all)")
+    top = sorted(p["by_kind"], key=lambda k: -k["seconds"])[:6]
+    print("  by op kind, ms a run: " + ", ".join(f"{k['op']} {1e3 * k['seconds'] / p['runs']:.1f}" for k in top))
+
+
 def compute_cost(a):
     import sonde
     d = model(a.sonde, "qwen2", "qwen2.5-0.5b", os.path.join(a.dir, "qwen2.5-0.5b"), "bf16")
     hook = "blocks.12.hook_resid_post"
     s = sae(os.path.join(a.dir, "sae-896x16384"), 896, 16384, 64, hook)
+    profile_cost(a, d, s, hook)
     plain = sonde.Model(d, backend="threaded", threads=a.threads)
     with_sae = sonde.Model(d, backend="threaded", threads=a.threads)
     with_sae.attach_sae(s)

@@ -4,7 +4,9 @@
 #include "app_common.h"
 #include "bench_diffusion.h"
 #include "bench_serve.h"
+#include "cmd_bench_profile.h"
 #include "commands.h"
+#include "run_flags.h"
 #include <sonde/host/cpu.h>
 #include <sonde/host/stream_read.h>
 
@@ -20,6 +22,7 @@
 #include <span>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 namespace sonde::cli {
@@ -38,6 +41,11 @@ struct BenchOptions {
   DiffusionBenchOptions diffusion;  // --mode diffusion
   ServeBenchOptions serve;          // --mode serve
   bool json = false, prompt_given = false, no_cache = false, logits_given = false;
+  bool profile = false;  // prefill: per-node wall time over the timed runs (cmd_bench_profile.h)
+  int profile_top = 15;
+  std::string hooks;     // prefill: hook points tapped in every run
+  SaeFlags sae;          // --sae DIR: attached before the runs
+  std::set<std::string> taps;  // --hooks, checked against the model
 };
 
 // One timed run: `seconds` is the timed part; decode also reports the prefill it excludes.
@@ -95,7 +103,7 @@ RunTime run_prefill(Session& s, const BenchOptions& o) {
   in.last_logits_only = o.logits == "last";
   for (const auto& p : bench_prompts(s, o.batch, o.tokens)) in.ids.insert(in.ids.end(), p.begin(), p.end());
   const auto t0 = Clock::now();
-  const Tensor logits = s.forward(in, true, {}, {});
+  const Tensor logits = s.forward(in, true, o.taps, o.taps.empty() ? Executor::Tap() : bench_tap());
   RunTime r{since(t0), 0};
   r.logit_rows = logits.shape()[1];
   return r;
@@ -154,6 +162,9 @@ void check_options(BenchOptions& o) {
   if (o.no_cache && o.mode != "decode") bad_input("--no-kv-cache applies to --mode decode, not {}", o.mode);
   if (o.logits != "all" && o.logits != "last") bad_input("--logits: '{}' is not all or last", o.logits);
   if (o.logits_given && o.mode != "prefill") bad_input("--logits applies to --mode prefill, not {}", o.mode);
+  if (o.mode != "prefill" && (o.profile || !o.hooks.empty() || !o.sae.dirs.empty()))
+    bad_input("--profile, --hooks and --sae apply to --mode prefill, not {}", o.mode);
+  if (o.profile_top < 1) bad_input("--profile-top must be at least 1, got {}", o.profile_top);
   if (o.mode != "diffusion-step") return;
   // The canvas is prompt + masks; by default half and half (64 + 64 for --tokens 128).
   if (o.tokens < 2) bad_input("--tokens: a diffusion canvas needs a prompt token and a mask, got {}", o.tokens);
@@ -332,10 +343,17 @@ int cmd_bench(const Args& args) {
        "serve: prompt tokens the engine prefills per step")
       ("reference-prompt", po::value(&o.serve.reference_prompt)->default_value(256),
        "serve: the TTFT target is one prefill of N tokens + 2 decode steps alone")
+      ("profile", po::bool_switch(&o.profile),
+       "prefill: wall time of every graph node over the timed runs, per op kind and the top nodes (JSON: \"profile\")")
+      ("profile-top", po::value(&o.profile_top)->default_value(15), "prefill --profile: nodes listed by time")
+      ("hooks", po::value(&o.hooks), "prefill: hook points tapped in every run (comma-separated names); "
+       "*.hook_sae_acts_post rows are cut to their non-zero entries as --sae-sparse nonzero stores them, "
+       "other hooks dropped")
       ("json", po::bool_switch(&o.json), "print one JSON object");
+  add_sae_options(desc, o.sae);
   po::variables_map vm;
   if (!parse_options(args, "usage: sonde bench --model DIR [--mode prefill|decode|diffusion-step|diffusion|serve] [--tokens N] "
-                           "[--prompt-tokens N] [--batch N] [--logits all|last] [--repeat N] [--json]\n"
+                           "[--prompt-tokens N] [--batch N] [--logits all|last] [--repeat N] [--profile] [--sae DIR --hooks H,...] [--json]\n"
                            "       sonde bench --model DIR --mode serve [--clients 1,4,16] [--requests N] "
                            "[--prompt-range 16:512] [--gen-range 16:256] [--think S] [--slots N] [--prefill-chunk N] [--json]",
                      desc, vm))
@@ -365,7 +383,11 @@ int cmd_bench(const Args& args) {
     o.diffusion.json = o.json;
     return bench_diffusion_modes(*session, bench_prompts(*session, o.batch, o.prompt_tokens), o.diffusion);
   }
+  attach_saes(*session, o.sae);
+  if (!o.hooks.empty()) o.taps = bench_hooks(*session, o.hooks);
   run_once(*session, o, true);
+  ExecProfile profile;  // attached after the warm-up, so only timed runs count
+  if (o.profile) session->set_profile(&profile);
   // Decode is bound by reading the weights once per token. The host's memory bandwidth moves
   // with its other tenants (45 to 80 GB/s seen here within minutes), so the bound is measured
   // next to every run: a streaming read of the same bytes before and after it (each the faster of
@@ -382,9 +404,12 @@ int cmd_bench(const Args& args) {
     runs.back().read_seconds = std::min(before, after);
     before = after;
   }
+  session->set_profile(nullptr);
   std::uint64_t read_bytes = 0;
   for (const auto& r : ranges) read_bytes += r.bytes;
   auto j = report(*session, o, runs, read_bytes);
+  if (!o.taps.empty()) j["hooks"] = std::vector<std::string>(o.taps.begin(), o.taps.end());
+  if (o.profile) j["profile"] = profile_json(profile);
   // Under mpiexec every rank ran the same steps in step; rank 0 reports, with each rank's peak RSS
   // (a tensor-parallel rank holds its slices only).
   if (ProcessGroup* job = current_job(); job && job->size() > 1) {
@@ -402,6 +427,7 @@ int cmd_bench(const Args& args) {
   }
   if (o.json) std::cout << j.dump() << "\n";
   else print_text(j);
+  if (!o.json && o.profile) print_profile(j["profile"], o.profile_top);
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <sonde/log.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -62,6 +63,20 @@ void run_host_edit(const Node& node, const std::vector<TensorView>& in, const Te
   std::memcpy(out.data, src.data, out.nbytes());
   if (node.params.host && node.params.host->fn)
     node.params.host->fn(HostEditContext{node.name(), out, in[1], in[2], *in[3].as<const std::int32_t>()});
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A sibling group's one call, shared by output elements: the members read the same rows and K,
+// so that is their share of the FLOPs.
+void share_sibling_time(const Graph& g, const std::vector<int>& members, double seconds, std::vector<double>& share) {
+  double total = 0;
+  for (int m : members) total += static_cast<double>(g.nodes[static_cast<std::size_t>(m)].shape.numel());
+  for (int m : members)
+    share[static_cast<std::size_t>(m)] =
+        total > 0 ? seconds * static_cast<double>(g.nodes[static_cast<std::size_t>(m)].shape.numel()) / total : 0.0;
 }
 
 }  // namespace
@@ -156,9 +171,16 @@ std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::s
     ready[i] = 1;
   };
 
+  // Profiling (set_profile): each computed node's op time, a sibling group's split by output size.
+  using Clock = std::chrono::steady_clock;
+  ExecProfile* const profile = profile_;
+  std::vector<double> sibling_seconds(profile ? g.nodes.size() : 0, -1.0);
+  if (profile) profile->count_run();
+  Clock::time_point t0;
   for (std::size_t step = 0; step < p.order.size(); ++step) {
     const auto i = static_cast<std::size_t>(p.order[step]);
     const Node& node = g.nodes[i];
+    if (profile) t0 = Clock::now();
     if (node.op == OpKind::Input) {
       auto it = feeds.find(node.params.ref);
       if (it == feeds.end()) runtime_error("graph input '{}' was not fed", node.params.ref);
@@ -187,12 +209,23 @@ std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::s
         outs.push_back(value[static_cast<std::size_t>(m)]);
       }
       p.backend[i]->run_siblings(nodes, sibling_ins, outs);
+      if (profile) share_sibling_time(g, members, seconds_since(t0), sibling_seconds);
     } else {
       allocate(i);
       p.backend[i]->run(node, inputs_of(node), value[i]);
     }
-    if (tap)
-      for (const auto& name : p.taps[i]) tap(name, value[i]);
+    if (!profile || node.op == OpKind::Input || node.op == OpKind::Weight) {
+      if (tap)
+        for (const auto& name : p.taps[i]) tap(name, value[i]);
+    } else {
+      if (p.backend[i]) p.backend[i]->sync();  // a backend that queues work: time its finishing, not its queueing
+      const double op = sibling_seconds[i] < 0 ? seconds_since(t0) : sibling_seconds[i];
+      const auto t1 = Clock::now();
+      if (tap)
+        for (const auto& name : p.taps[i]) tap(name, value[i]);
+      const int tapped = tap ? static_cast<int>(p.taps[i].size()) : 0;
+      profile->add(g, node, op, tapped ? seconds_since(t1) : 0.0, tapped, sibling_seconds[i] >= 0);
+    }
     if (p.last_use[i] < 0) owned[i] = Tensor();  // tapped only: nobody reads it later
     // Free inputs whose last reader was this step.
     for (int in : node.inputs)

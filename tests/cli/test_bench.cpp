@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 namespace sonde::test {
 namespace {
@@ -267,6 +268,38 @@ TEST_F(Bench, DiffusionModesReportForwardsPerMode) {
   for (const auto& r : runs) EXPECT_GT(r["tokens_per_s"].get<double>(), 0) << r.dump();
 }
 
+// --profile: every profiled run counts each node once, the warm-up not at all; the SAE's
+// encoder and TopK are there, and its tapped acts_post is counted as tapped in every run.
+TEST_F(Bench, PrefillProfileCountsEachNodeOncePerTimedRun) {
+  const std::string acts = "blocks.1.hook_resid_post.hook_sae_acts_post";
+  const json j = bench_json(qwen_, {"--mode", "prefill", "--tokens", "8", "--repeat", "2", "--backend", "threaded",
+                                    "--threads", "1", "--profile", "--sae", (data_dir() / "sae" / "topk_flat").string(),
+                                    "--hooks", acts});
+  ASSERT_TRUE(j.contains("profile")) << j.dump();
+  const json& p = j["profile"];
+  EXPECT_EQ(p["runs"].get<std::int64_t>(), 2);
+  EXPECT_EQ(j["hooks"], json::array({acts}));
+  std::int64_t node_runs = 0, kind_runs = 0;
+  std::map<std::string, json> by_name;
+  for (const auto& n : p["nodes"]) {
+    EXPECT_EQ(n["runs"].get<std::int64_t>(), 2) << n.dump();
+    node_runs += n["runs"].get<std::int64_t>();
+    by_name[n["name"].get<std::string>()] = n;
+  }
+  for (const auto& k : p["by_kind"]) kind_runs += k["nodes"].get<std::int64_t>();
+  EXPECT_EQ(node_runs, kind_runs);
+  ASSERT_TRUE(by_name.count("blocks.1.hook_resid_post.hook_sae_acts_pre")) << p.dump();
+  const json& enc = by_name["blocks.1.hook_resid_post.hook_sae_acts_pre"];
+  EXPECT_EQ(enc["op"], "Linear");
+  EXPECT_DOUBLE_EQ(enc["flops"].get<double>(), 2.0 * 2 * 8 * 64 * 96);  // 2 runs x 2 x 8 rows x d_in x d_sae
+  ASSERT_TRUE(by_name.count(acts));
+  EXPECT_EQ(by_name[acts]["op"], "SaeActivation");
+  EXPECT_EQ(by_name[acts]["taps"].get<std::int64_t>(), 2);
+  EXPECT_EQ(by_name.count("blocks.1.hook_resid_post.hook_sae_recons"), 0u);  // no splice: the decoder does not run
+  const json plain = bench_json(qwen_, {"--mode", "prefill", "--tokens", "8", "--repeat", "1", "--backend", "threaded"});
+  EXPECT_FALSE(plain.contains("profile"));
+}
+
 TEST_F(Bench, BadInputExitsTwoNamingTheValue) {
   const std::string q = qwen_.string(), d = dream_.string();
   EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "train"}), "bench", {"train"}, {"mode"}));
@@ -292,6 +325,10 @@ TEST_F(Bench, BadInputExitsTwoNamingTheValue) {
   EXPECT_TRUE(one_line_error(run({"bench", "--model", d, "--mode", "diffusion-step", "--tokens", "8",
                                   "--prompt-tokens", "8"}),
                              "bench", {"8"}, {"no masked slot"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--hooks", "blocks.0.hook_nope"}), "bench",
+                             {"--hooks", "blocks.0.hook_nope"}, {"not a hook point"}));
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "decode", "--profile"}), "bench", {"--profile", "decode"},
+                             {"apply to"}));
   // The tiny preset's context is finite: a request past it is refused before any work.
   EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--tokens", "100000000"}), "bench",
                              {"max_position_embeddings"}, {"exceed"}));

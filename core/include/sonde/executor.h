@@ -6,6 +6,7 @@
 // layers after the last tapped hook are skipped.
 #include <sonde/backend.h>
 #include <sonde/buffer_pool.h>
+#include <sonde/exec_profile.h>
 #include <sonde/graph.h>
 
 #include <functional>
@@ -46,10 +47,14 @@ class Executor {
   // ignored and the node gets its own buffer, as do all others.
   std::map<std::string, Tensor> run(const Plan& plan, const std::map<std::string, TensorView>& feeds,
                                     const Tap& tap, std::span<const std::pair<int, TensorView>> placed = {}) const;
+  // Later runs add each node's wall time to `profile` (null: none, the default). Set it between
+  // runs; the profile must outlive them.
+  void set_profile(ExecProfile* profile) { profile_ = profile; }
 
  private:
   Backend& primary_;
   Backend& reference_;
+  ExecProfile* profile_ = nullptr;
   mutable BufferPool buffers_;  // every node's output (written in full by its op); run() is const, the pool locks
 };
 

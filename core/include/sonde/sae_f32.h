@@ -15,6 +15,10 @@
 #include <numeric>
 #include <vector>
 
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
+
 namespace sonde::ops {
 
 // A float's bits as an int32 in the float's order (negatives' magnitude bits flipped): one
@@ -25,26 +29,32 @@ inline std::int32_t float_order(float f) {
   return s ^ ((s >> 31) & 0x7FFFFFFF);
 }
 
-// Whether any of p[0..16) has float_order above `bar`: four 4-lane integer compares (GCC's
-// vector extension, also clang's; GCC left the plain loop scalar, 1.6 ns a value).
-inline bool any_order_above(const float* p, std::int32_t bar) {
-  using v4 = std::int32_t __attribute__((vector_size(16)));
-  v4 hit = {0, 0, 0, 0};
-  for (int q = 0; q < 16; q += 4) {
-    v4 s;
-    std::memcpy(&s, p + q, sizeof s);
-    hit |= (s ^ ((s >> 31) & 0x7FFFFFFF)) > bar;
-  }
-  return (hit[0] | hit[1] | hit[2] | hit[3]) != 0;
+// The lanes of p[0..16) not below `bar` (NaNs included), as the bits of a mask: four 4-lane
+// compares. A prefilter of top_k_indices's exact test: a value whose float_order beats the bar's
+// is never below the bar as a float (float_order is monotone in float order; NaNs, and -0 against
+// +0, pass here and are settled by the exact test).
+inline unsigned lanes_not_below(const float* p, float bar) {
+  unsigned mask = 0;
+#if defined(__SSE__)
+  const __m128 b = _mm_set1_ps(bar);
+  for (int q = 0; q < 4; ++q)
+    mask |= static_cast<unsigned>(_mm_movemask_ps(_mm_cmpnlt_ps(_mm_loadu_ps(p + 4 * q), b))) << (4 * q);
+#else
+  for (int t = 0; t < 16; ++t) mask |= static_cast<unsigned>(!(p[t] < bar)) << t;
+#endif
+  return mask;
 }
 
 // The k largest of row[0..N) (ties: the lower index), as indices in `idx` [0..k), in no order.
 // One pass keeping candidates: a value enters if its order beats the k-th best known at the
 // last compaction (a later index loses a tie), and when 4k have gathered, nth_element keeps
 // the k best of them and raises the bar. After a few hundred values almost nothing enters,
-// so the scan is a compare per value. (nth_element over all 16,384 features of a row cost the
-// qwen2.5-0.5b forward about one more encoder Linear a row at k = 64.)
-inline void top_k_indices(const float* row, std::int64_t N, std::int64_t k, std::vector<std::int64_t>& idx) {
+// so the scan is a float compare per value, 16 at a time, and only passing lanes are looked at. (nth_element over all 16,384 features
+// of a row cost the qwen2.5-0.5b forward about one more encoder Linear a row at k = 64.)
+// `zero`, when given, is the row's output [0..N): zeroed block by block as the scan passes, so the
+// caller need not fill it in a pass of its own before writing the k kept values.
+inline void top_k_indices(const float* row, std::int64_t N, std::int64_t k, std::vector<std::int64_t>& idx,
+                          float* zero = nullptr) {
   const auto key = [row](std::int64_t j) {  // value order, then the lower index: larger is better
     return static_cast<std::int64_t>(static_cast<std::uint64_t>(static_cast<std::int64_t>(float_order(row[j]))) << 32 |
                                      (0xFFFFFFFFu - static_cast<std::uint32_t>(j)));
@@ -54,11 +64,14 @@ inline void top_k_indices(const float* row, std::int64_t N, std::int64_t k, std:
   const auto cap = static_cast<std::size_t>(4 * k);
   keys.reserve(cap);
   for (std::int64_t j = 0; j < k; ++j) keys.push_back(key(j));
+  if (zero) std::fill(zero, zero + std::min(k, N), 0.0f);
   std::int32_t bar = std::numeric_limits<std::int32_t>::min();  // only the lowest NaN is at or below it
+  float bar_value = -std::numeric_limits<float>::infinity();   // the prefilter's: nothing is below it
   const auto compact = [&] {
     std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<>());
     keys.resize(static_cast<std::size_t>(k));
     bar = static_cast<std::int32_t>(keys.back() >> 32);
+    bar_value = row[0xFFFFFFFFu - static_cast<std::uint32_t>(keys.back() & 0xFFFFFFFF)];
   };
   const auto offer = [&](std::int64_t j) {
     if (float_order(row[j]) <= bar) return;
@@ -68,10 +81,15 @@ inline void top_k_indices(const float* row, std::int64_t N, std::int64_t k, std:
   constexpr std::int64_t kBlock = 16;
   std::int64_t j = k;
   for (; j + kBlock <= N; j += kBlock) {
-    if (any_order_above(row + j, bar))
-      for (std::int64_t t = 0; t < kBlock; ++t) offer(j + t);
+    if (zero) std::memset(zero + j, 0, kBlock * sizeof(float));
+    // Only the lanes that pass are offered (a scalar pass over a block with one candidate cost
+    // more than the vector test: about a block in five has one while the bar is still low).
+    for (unsigned m = lanes_not_below(row + j, bar_value); m != 0; m &= m - 1) offer(j + std::countr_zero(m));
   }
-  for (; j < N; ++j) offer(j);
+  for (; j < N; ++j) {
+    if (zero) zero[j] = 0.0f;
+    offer(j);
+  }
   if (keys.size() > static_cast<std::size_t>(k)) compact();
   for (auto& h : keys) h = 0xFFFFFFFFu - static_cast<std::uint32_t>(h & 0xFFFFFFFF);
 }
@@ -97,8 +115,7 @@ inline void sae_activation_rows_f32(const Node& n, Inputs in, const TensorView& 
         for (std::int64_t j = 0; j < d.N; ++j) yr[j] = t[r * d.N + j] > 0.0f && pr[j] > 0.0f ? pr[j] : 0.0f;
         break;
       case SaeAct::TopK:
-        std::fill(yr, yr + d.N, 0.0f);
-        top_k_indices(pr, d.N, d.k, idx);
+        top_k_indices(pr, d.N, d.k, idx, yr);  // zero-fills yr as it scans
         for (const auto j : idx) yr[j] = pr[j] > 0.0f ? pr[j] : 0.0f;
         break;
     }

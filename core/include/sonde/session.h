@@ -120,6 +120,10 @@ class Session {
   const AttachedSae& attach_sae(std::shared_ptr<const Sae> sae, bool splice, bool error_term);
   const std::vector<AttachedSae>& saes() const { return saes_; }
 
+  // Later forwards add each graph node's wall time to `profile` (Executor::set_profile; null:
+  // none, the default). Set it between forwards; the profile must outlive them.
+  void set_profile(ExecProfile* profile) { executor_->set_profile(profile); }
+
   // Graphs built and planned so far. Calls alike but for the past length (decode steps, diffusion
   // steps) reuse the graph and plan of the first one: a decode run builds one for its prefill and
   // one for all its steps.
