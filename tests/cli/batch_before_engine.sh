@@ -10,14 +10,26 @@ sonde=$1; data=$2; make=${3:-}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 digest() {
   /usr/bin/python3 - "$1" <<'PY'
-import hashlib, sys, h5py, numpy as np
+import hashlib, json, sys, h5py, numpy as np
 out = []
 def attrs(o):
     return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in sorted(o.attrs.items()) if k not in ("model_path", "compute")}
 with h5py.File(sys.argv[1], "r") as f:
     # --compute (issue 28) came after these files: its attribute is new, the default run's is f32.
     assert f.attrs["compute"] == "f32", f.attrs["compute"]
-    out.append(("/", repr(attrs(f))))
+    root = attrs(f)
+    # The sampling settings a run config's decoding entries record (temperature, top_p, top_k,
+    # eos_penalty: issue 33) came after these files too: they are dropped before the digest, and the
+    # config's digest attribute, checked first against the file's own JSON, is taken again.
+    cfg = root["run_config_json"]
+    assert hashlib.sha256(cfg.encode()).hexdigest() == root["run_config_sha256"], "run_config_sha256"
+    j = json.loads(cfg)
+    for d in j.get("decoding", []):
+        for k in ("temperature", "top_p", "top_k", "eos_penalty"):
+            d.pop(k, None)
+    root["run_config_json"] = json.dumps(j, separators=(",", ":"))
+    root["run_config_sha256"] = hashlib.sha256(root["run_config_json"].encode()).hexdigest()
+    out.append(("/", repr(root)))
     def visit(name, o):
         if isinstance(o, h5py.Dataset):
             a = o[()]
