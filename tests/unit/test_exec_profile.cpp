@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "mock_backend.h"
+
 #include <set>
 
 namespace {
@@ -13,19 +15,7 @@ namespace {
 using ::testing::_;
 using ::testing::Return;
 
-class ProfiledBackend : public sonde::Backend {
- public:
-  MOCK_METHOD(void, init, (const sonde::BackendOptions&), (override));
-  MOCK_METHOD(sonde::BackendInfo, info, (), (const, override));
-  MOCK_METHOD(bool, supports, (const sonde::Node&, std::span<const sonde::DType>), (const, override));
-  MOCK_METHOD(sonde::TensorView, upload, (const std::string&, const sonde::TensorView&, sonde::Split), (override));
-  MOCK_METHOD(sonde::TensorView, weight, (const std::string&), (const, override));
-  MOCK_METHOD(void, run, (const sonde::Node&, std::span<const sonde::TensorView>, const sonde::TensorView&), (override));
-  MOCK_METHOD(void, run_siblings,
-              (std::span<const sonde::Node* const>, std::span<const std::vector<sonde::TensorView>>,
-               std::span<const sonde::TensorView>),
-              (override));
-};
+using sonde::test::MockBackend;
 
 // x -> h = rms_norm(x) -> q, k (sibling Linears of h: one run_siblings call) -> s = q + k ->
 // r = reshape(s) -> t = silu_mul(r, r) -> "out"; u = k + k is built but read by nothing.
@@ -50,7 +40,7 @@ struct ProfileGraph {
 };
 
 struct ExecProfileTest : ::testing::Test {
-  ::testing::NiceMock<ProfiledBackend> primary, reference;
+  ::testing::NiceMock<MockBackend> primary, reference;
   ProfileGraph pg;
   std::vector<float> x = std::vector<float>(12, 1.0f);
   std::map<std::string, sonde::TensorView> feeds{{"x", sonde::TensorView(x.data(), sonde::DType::f32, sonde::Shape{3, 4})}};

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "mock_backend.h"
+
 namespace {
 
 using ::testing::_;
@@ -13,19 +15,7 @@ using ::testing::HasSubstr;
 using ::testing::NiceMock;
 using ::testing::Return;
 
-class MockBackend : public sonde::Backend {
- public:
-  MOCK_METHOD(void, init, (const sonde::BackendOptions&), (override));
-  MOCK_METHOD(sonde::BackendInfo, info, (), (const, override));
-  MOCK_METHOD(bool, supports, (const sonde::Node&, std::span<const sonde::DType>), (const, override));
-  MOCK_METHOD(sonde::TensorView, upload, (const std::string&, const sonde::TensorView&, sonde::Split), (override));
-  MOCK_METHOD(sonde::TensorView, weight, (const std::string&), (const, override));
-  MOCK_METHOD(void, run, (const sonde::Node&, std::span<const sonde::TensorView>, const sonde::TensorView&), (override));
-  MOCK_METHOD(void, run_siblings,
-              (std::span<const sonde::Node* const>, std::span<const std::vector<sonde::TensorView>>,
-               std::span<const sonde::TensorView>),
-              (override));
-};
+using sonde::test::MockBackend;
 
 // x -> a = x + x -> b = silu_mul(a, a) -> output "out"
 sonde::Graph chain() {
