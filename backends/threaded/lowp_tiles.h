@@ -5,6 +5,7 @@
 #include "kernels.h"
 
 #include <immintrin.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -16,6 +17,15 @@ using i64 = std::int64_t;
 
 // W bytes per chunk of rows: a chunk stays in L2 while every tile of x rows passes over it.
 constexpr i64 kLowpChunkBytes = 128 << 10;
+
+// The L1 data cache's size (the host's, 32 KB when the system does not say).
+inline i64 lowp_l1_bytes() {
+  static const i64 bytes = [] {
+    const long b = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return b > 0 ? static_cast<i64>(b) : i64{32} << 10;
+  }();
+  return bytes;
+}
 
 // The 16 lanes summed in lowp.h's tree order: (i, i+8), then (i, i+4), (i, i+2), the last two.
 inline float lowp_reduce16(__m512 a) {
@@ -85,10 +95,19 @@ template <int MT, int RT, int BM, int BR, typename F> void lowp_drive(i64 M, i64
   const i64 chunk = std::max<i64>(RT, kLowpChunkBytes / std::max<i64>(1, rowbytes) / RT * RT);
   for (i64 r0 = n0; r0 < n1; r0 += chunk) {
     const i64 r1 = std::min(n1, r0 + chunk);
+    i64 r = r0;
+    if (RT * rowbytes <= lowp_l1_bytes()) {
+      // The tile's W rows stay in L1 while the x rows pass (x from L2): of a step's loads, the
+      // MT x vectors come from L2 instead of the RT W vectors.
+      for (; r + RT <= r1; r += RT)
+        for (i64 m = 0; m < M; m += MT) lowp_dispatch<MT, RT, false>(std::min<i64>(MT, M - m), m, r, 1, f);
+      for (; r < r1; ++r)
+        for (i64 m = 0; m < M; m += MT) lowp_dispatch<MT, 1, false>(std::min<i64>(MT, M - m), m, r, 1, f);
+      continue;
+    }
     for (i64 m = 0; m < M; m += MT) {
       const i64 mt = std::min<i64>(MT, M - m);
-      i64 r = r0;
-      for (; r + RT <= r1; r += RT) lowp_dispatch<MT, RT, false>(mt, m, r, 1, f);
+      for (r = r0; r + RT <= r1; r += RT) lowp_dispatch<MT, RT, false>(mt, m, r, 1, f);
       for (; r < r1; ++r) lowp_dispatch<MT, 1, false>(mt, m, r, 1, f);
     }
   }

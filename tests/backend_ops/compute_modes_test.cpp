@@ -248,5 +248,37 @@ TEST(ThreadedCompute, ModeAndWeightsThatDoNotGoTogetherAreErrors) {
   expect_error("threaded", "bf16", "native", "avx1024");
 }
 
+
+// A prefill's tiles (more than 64 x rows: lowp_drive's chunks of W rows in L2) at row counts that
+// leave partial tiles of x rows, on 3 threads: each row bit for bit the scalar kernel's. K = 300
+// puts a tile's 6 W rows in L1 (the W rows stay while the x rows pass); K = 4200 (6 bf16 rows of
+// 8.4 KB, past a 48 KB L1) takes the other loop order, x rows staying while W rows pass.
+void check_prefill_rows(const Mode& mode, const std::string& kernels) {
+  std::string why;
+  auto b = threaded_with(mode, kernels, why, 3);
+  if (!b) GTEST_SKIP() << why;
+  auto scalar = threaded_with(mode, "scalar", why, 1);
+  ASSERT_TRUE(scalar) << why;
+  constexpr std::int64_t Mmax = 130;
+  for (const Shape3& s : {Shape3{Mmax, 300, 203}, Shape3{Mmax, 4200, 37}}) {
+    const auto args = linear_args(s, mode.wts.front(), true, 43);
+    const auto want = values(run_on(*scalar, linear(Mmax, s.N), args)), xs = values(args[0].t);
+    for (std::int64_t M : {65, 97, 130}) {
+      std::vector<Arg> a = args;
+      a[0] = {floats(DType::f32, Shape{M, s.K}, std::vector<float>(xs.begin(), xs.begin() + M * s.K))};
+      const auto got = values(run_on(*b, linear(M, s.N), a));
+      for (std::int64_t r = 0; r < M; ++r)
+        ASSERT_EQ(std::memcmp(got.data() + r * s.N, want.data() + r * s.N, std::size_t(s.N) * sizeof(float)), 0)
+            << kernels << " K=" << s.K << " N=" << s.N << ": row " << r << " of " << M
+            << " differs from the scalar kernel's";
+    }
+  }
+}
+
+TEST(ThreadedCompute, Bf16Avx512EmulationPrefillTilesAreTheScalarKernel) { check_prefill_rows(kBf16, "avx512"); }
+TEST(ThreadedCompute, Bf16Avx512Bf16PrefillTilesAreTheScalarKernel) { check_prefill_rows(kBf16, "avx512bf16"); }
+TEST(ThreadedCompute, Int8Avx512EmulationPrefillTilesAreTheScalarKernel) { check_prefill_rows(kInt8, "avx512"); }
+TEST(ThreadedCompute, Int8VnniPrefillTilesAreTheScalarKernel) { check_prefill_rows(kInt8, "avx512vnni"); }
+
 }  // namespace
 }  // namespace sonde::test::compute_modes
