@@ -88,7 +88,7 @@ void gemm_task(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1,
   float* y = j.y + m0 * j.N + n0;
   // The panel kernel adds the bias as it stores each sum: a pass of its own afterwards re-read the
   // task's outputs, whose rows (j.N floats apart, 64 KB for an SAE's 16,384 features) share cache
-  // sets, from L3 (the SAE encoder's Linear took 1.12 of gemm_bench's bias-free one).
+  // sets, from L3.
   if (k.gemm_panel) {
     k.gemm_panel(x, m1 - m0, j.K, p, n1 - n0, j.K, j.bias ? j.bias + n0 : nullptr, y, j.N, p + panel_floats);
   } else {
