@@ -292,9 +292,13 @@ template <int MT, int RT> struct HalfTile {
   }
 };
 
+inline float with_bias(float sum, const float* b, int r) { return b ? sum + b[r] : sum; }
+
 // x rows [0, MT) against W rows [0, RT) over the K block [k0, k1); s holds the tile's carried sums.
+// b (or null): W rows' biases, added to each reduced sum as its own f32 add (the bits of a
+// separate pass over y, without reading back a tile of rows 4*ldy bytes apart, which share cache sets).
 template <int MT, int RT> void tile(const float* x, i64 ldx, const float* w, i64 K, i64 k0, i64 k1, float* y, i64 ldy,
-                                    float* s) {
+                                    float* s, const float* b) {
   const bool first = k0 == 0, last = k1 == K;
   if (first && last) {  // one K block: the first half waits in scratch, the second stays in registers
     HalfTile<MT, RT> t;
@@ -305,7 +309,7 @@ template <int MT, int RT> void tile(const float* x, i64 ldx, const float* w, i64
     t.steps(x, ldx, w, K, k0, k1, 1);
     for (int m = 0; m < MT; ++m)
       for (int r = 0; r < RT; ++r)
-        y[m * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(s + (m * kTr + r) * 32), t.acc[m][r]));
+        y[m * ldy + r] = with_bias(_mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(s + (m * kTr + r) * 32), t.acc[m][r])), b, r);
     return;
   }
   for (int h = 0; h < 2; ++h) {
@@ -318,11 +322,11 @@ template <int MT, int RT> void tile(const float* x, i64 ldx, const float* w, i64
     for (int m = 0; m < MT; ++m)
       for (int r = 0; r < RT; ++r) {
         const float* p = s + (m * kTr + r) * 32;
-        y[m * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)));
+        y[m * ldy + r] = with_bias(_mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16))), b, r);
       }
 }
 
-using TileFn = void (*)(const float*, i64, const float*, i64, i64, i64, float*, i64, float*);
+using TileFn = void (*)(const float*, i64, const float*, i64, i64, i64, float*, i64, float*, const float*);
 
 template <int MT, int... RT> constexpr std::array<TileFn, sizeof...(RT)> tile_row(std::integer_sequence<int, RT...>) {
   return {tile<MT, RT + 1>...};
@@ -335,7 +339,8 @@ constexpr std::array<std::array<TileFn, kTr>, kTm> kTiles = {
 }  // namespace
 
 // scratch: kXChunk * kTr * 32 floats (<= kGemmPanelScratch per x row).
-void gemm_panel_avx512(const float* x, i64 M, i64 ldx, const float* P, i64 N, i64 K, float* y, i64 ldy, float* scratch) {
+void gemm_panel_avx512(const float* x, i64 M, i64 ldx, const float* P, i64 N, i64 K, const float* bias, float* y, i64 ldy,
+                       float* scratch) {
   static_assert(kTr * 32 <= kGemmPanelScratch);
   for (i64 m0 = 0; m0 < M; m0 += kXChunk) {
     const i64 m1 = m0 + kXChunk < M ? m0 + kXChunk : M;
@@ -346,7 +351,8 @@ void gemm_panel_avx512(const float* x, i64 M, i64 ldx, const float* P, i64 N, i6
         for (i64 m = m0; m < m1; m += kTm) {
           const i64 mt = m1 - m < kTm ? m1 - m : kTm;
           kTiles[static_cast<std::size_t>(mt - 1)][static_cast<std::size_t>(rt - 1)](
-              x + m * ldx, ldx, P + r * K, K, k0, k1, y + m * ldy + r, ldy, scratch + (m - m0) * kTr * 32);
+              x + m * ldx, ldx, P + r * K, K, k0, k1, y + m * ldy + r, ldy, scratch + (m - m0) * kTr * 32,
+              bias ? bias + r : nullptr);
         }
       }
     }

@@ -27,11 +27,12 @@ struct Kernels {
   // y[m*ldy + n] = sum_k x[m*ldx + k] * W[n,k] for m < M, n0 <= n < n1 (f32 accumulation).
   void (*gemv)(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
                std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
-  // y[m*ldy + n] = sum_k x[m*ldx + k] * P[n*K + k] for m < M, n < N, P an f32 panel in cache,
-  // each output summed exactly as gemv sums it (bit-identical); scratch holds
-  // kGemmPanelScratch floats per x row (up to 48 rows at a time). Null: gemv on the panel.
+  // y[m*ldy + n] = sum_k x[m*ldx + k] * P[n*K + k] (+ bias[n], an f32 add after the sum, when
+  // bias is given) for m < M, n < N, P an f32 panel in cache, each sum exactly as gemv sums it
+  // (bit-identical to gemv and then a bias pass); scratch holds kGemmPanelScratch floats per x row
+  // (up to 48 rows at a time). Null: gemv on the panel.
   void (*gemm_panel)(const float* x, std::int64_t M, std::int64_t ldx, const float* P, std::int64_t N, std::int64_t K,
-                     float* y, std::int64_t ldy, float* scratch);
+                     const float* bias, float* y, std::int64_t ldy, float* scratch);
   float (*dot)(const float* a, const float* b, std::int64_t n);  // sum a[i] b[i]
   void (*axpy)(float a, const float* x, float* y, std::int64_t n);  // y += a x
   // Attention over a block of keys, one call instead of one per key (decode at long context is
@@ -57,7 +58,7 @@ void gemv_avx2(const float* x, std::int64_t M, std::int64_t ldx, const void* W, 
                std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
 
 void gemm_panel_avx512(const float* x, std::int64_t M, std::int64_t ldx, const float* P, std::int64_t N,
-                       std::int64_t K, float* y, std::int64_t ldy, float* scratch);
+                       std::int64_t K, const float* bias, float* y, std::int64_t ldy, float* scratch);
 
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();

@@ -86,9 +86,15 @@ void gemm_task(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1,
   widen_rows(j, n0, n1, p);
   const float* x = j.x + m0 * j.K;
   float* y = j.y + m0 * j.N + n0;
-  if (k.gemm_panel) k.gemm_panel(x, m1 - m0, j.K, p, n1 - n0, j.K, y, j.N, p + panel_floats);
-  else k.gemv(x, m1 - m0, j.K, p, WType::f32, j.K, 0, n1 - n0, y, j.N);
-  add_bias(j, m0, m1, n0, n1);
+  // The panel kernel adds the bias as it stores each sum: a pass of its own afterwards re-read the
+  // task's outputs, whose rows (j.N floats apart, 64 KB for an SAE's 16,384 features) share cache
+  // sets, from L3.
+  if (k.gemm_panel) {
+    k.gemm_panel(x, m1 - m0, j.K, p, n1 - n0, j.K, j.bias ? j.bias + n0 : nullptr, y, j.N, p + panel_floats);
+  } else {
+    k.gemv(x, m1 - m0, j.K, p, WType::f32, j.K, 0, n1 - n0, y, j.N);
+    add_bias(j, m0, m1, n0, n1);
+  }
 }
 
 // Tasks are blocks of W rows, about kPanelBytes of f32 each (a multiple of the kernel's 4 row

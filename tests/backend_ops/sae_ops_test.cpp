@@ -69,6 +69,22 @@ TEST_P(SaeOps, TopKWideRowsWithTies) {
     compare(act(s, SaeAct::TopK, k), {{pre}});
 }
 
+// Rows long enough that the TopK starts from the bar of its 256 group maxima (an SAE's
+// pre-activations: distinct Gaussian values), and rows where that bar sits on a tie or at the
+// bottom of the order: all values negative, and +-0 everywhere but a few positives (fewer than k).
+TEST_P(SaeOps, TopKSeededBarOnWideRows) {
+  const Shape s{1, 4, 16384};
+  std::vector<float> v = values(random_tensor(DType::f32, s, 41, -3, 3));
+  const std::int64_t N = s.last();
+  for (std::int64_t j = 0; j < N; ++j) {
+    v[static_cast<std::size_t>(N + j)] = -std::fabs(v[static_cast<std::size_t>(N + j)]) - 0.5f;
+    float& z = v[static_cast<std::size_t>(2 * N + j)];
+    z = j % 997 == 5 ? 1.0f + static_cast<float>(j) / N : (j % 2 ? -0.0f : 0.0f);
+  }
+  const auto pre = floats(DType::f32, s, v);
+  for (std::int64_t k : {std::int64_t{1}, std::int64_t{33}, std::int64_t{64}}) compare(act(s, SaeAct::TopK, k), {{pre}});
+}
+
 TEST_P(SaeOps, NormRescaleAndSub) {
   for (const auto& s : kShapes) {
     SCOPED_TRACE(s.str());

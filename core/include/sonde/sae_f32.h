@@ -45,13 +45,51 @@ inline unsigned lanes_not_below(const float* p, float bar) {
   return mask;
 }
 
+// A bar below which no value of the row's k largest lies, from the maxima of G groups (group g:
+// the values at j = g mod G), and the row's output `zero` (when given) zeroed on the way:
+// k of the groups have a maximum at or above the k-th largest maximum, so k values (distinct
+// ones) are at or above it. With G = 256 >= 4k on 16,384 Gaussian values about 73 values
+// pass it (a scan that raises its bar as it goes let ~750 in, with ~4.4 nth_element
+// compactions a row: most of the TopK's time). False (nothing done) for rows too short or k
+// too large for G groups to pay: the caller starts from no bar.
+inline bool seed_top_k_bar(const float* row, std::int64_t N, std::int64_t k, float* zero, std::int32_t& bar) {
+  constexpr std::int64_t G = 256;
+  if (4 * k > G || N < 4 * G) return false;
+  alignas(16) std::int32_t m[G];
+  std::fill(m, m + G, std::numeric_limits<std::int32_t>::min());
+  std::int64_t j0 = 0;
+  for (; j0 + G <= N; j0 += G) {
+#if defined(__SSE2__)
+    // float_order on 4 lanes, and a signed max by compare and select (SSE2 has no pmaxsd).
+    for (std::int64_t g = 0; g < G; g += 4) {
+      const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + j0 + g));
+      const __m128i o = _mm_xor_si128(s, _mm_and_si128(_mm_srai_epi32(s, 31), _mm_set1_epi32(0x7FFFFFFF)));
+      const __m128i cur = _mm_load_si128(reinterpret_cast<const __m128i*>(m + g));
+      const __m128i gt = _mm_cmpgt_epi32(o, cur);
+      _mm_store_si128(reinterpret_cast<__m128i*>(m + g), _mm_or_si128(_mm_and_si128(gt, o), _mm_andnot_si128(gt, cur)));
+    }
+#else
+    for (std::int64_t g = 0; g < G; ++g) m[g] = std::max(m[g], float_order(row[j0 + g]));
+#endif
+    if (zero) std::memset(zero + j0, 0, G * sizeof(float));
+  }
+  for (std::int64_t j = j0; j < N; ++j) {
+    m[j - j0] = std::max(m[j - j0], float_order(row[j]));
+    if (zero) zero[j] = 0.0f;
+  }
+  std::nth_element(m, m + (k - 1), m + G, std::greater<>());
+  bar = m[k - 1];
+  return true;
+}
+
 // The k largest of row[0..N) (ties: the lower index), as indices in `idx` [0..k), in no order.
-// One pass keeping candidates: a value enters if its order beats the k-th best known at the
-// last compaction (a later index loses a tie), and when 4k have gathered, nth_element keeps
-// the k best of them and raises the bar. After a few hundred values almost nothing enters,
-// so the scan is a float compare per value, 16 at a time, and only passing lanes are looked at. (nth_element over all 16,384 features
-// of a row cost the qwen2.5-0.5b forward about one more encoder Linear a row at k = 64.)
-// `zero`, when given, is the row's output [0..N): zeroed block by block as the scan passes, so the
+// One pass keeping candidates: a value enters if its order beats the bar (the k-th best known
+// at the last compaction; a later index loses a tie), and when 4k have gathered, nth_element
+// keeps the k best of them and raises the bar. The bar starts at seed_top_k_bar's (values at
+// it enter too) when the row is long enough, else at the first k values, so the scan is a float
+// compare per value, 16 at a time, and only passing lanes are looked at. (nth_element over all
+// 16,384 features of a row cost the qwen2.5-0.5b forward about one more encoder Linear a row at k = 64.)
+// `zero`, when given, is the row's output [0..N): zeroed as the row is scanned, so the
 // caller need not fill it in a pass of its own before writing the k kept values.
 inline void top_k_indices(const float* row, std::int64_t N, std::int64_t k, std::vector<std::int64_t>& idx,
                           float* zero = nullptr) {
@@ -63,10 +101,18 @@ inline void top_k_indices(const float* row, std::int64_t N, std::int64_t k, std:
   keys.clear();
   const auto cap = static_cast<std::size_t>(4 * k);
   keys.reserve(cap);
-  for (std::int64_t j = 0; j < k; ++j) keys.push_back(key(j));
-  if (zero) std::fill(zero, zero + std::min(k, N), 0.0f);
   std::int32_t bar = std::numeric_limits<std::int32_t>::min();  // only the lowest NaN is at or below it
   float bar_value = -std::numeric_limits<float>::infinity();   // the prefilter's: nothing is below it
+  std::int64_t j = 0;
+  std::int32_t seed = 0;
+  if (seed_top_k_bar(row, N, k, zero, seed) && seed > std::numeric_limits<std::int32_t>::min()) {
+    bar = seed - 1;  // values at the seed enter: the k-th largest may be one of them
+    bar_value = std::bit_cast<float>(float_order(std::bit_cast<float>(seed)));  // float_order is its own inverse
+    zero = nullptr;  // zeroed already
+  } else {
+    for (; j < k; ++j) keys.push_back(key(j));
+    if (zero) std::fill(zero, zero + std::min(k, N), 0.0f);
+  }
   const auto compact = [&] {
     std::nth_element(keys.begin(), keys.begin() + (k - 1), keys.end(), std::greater<>());
     keys.resize(static_cast<std::size_t>(k));
@@ -79,7 +125,6 @@ inline void top_k_indices(const float* row, std::int64_t N, std::int64_t k, std:
     if (keys.size() == cap) compact();
   };
   constexpr std::int64_t kBlock = 16;
-  std::int64_t j = k;
   for (; j + kBlock <= N; j += kBlock) {
     if (zero) std::memset(zero + j, 0, kBlock * sizeof(float));
     // Only the lanes that pass are offered (a scalar pass over a block with one candidate cost
