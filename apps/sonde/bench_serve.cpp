@@ -244,7 +244,8 @@ void engine_client(Engine& e, const Level& L, const std::vector<Req>& pool, std:
   }
 }
 
-std::vector<Trace> run_engine(Session& s, const ServeBenchOptions& o, const Level& L, const std::vector<Req>& pool) {
+std::vector<Trace> run_engine(Session& s, const ServeBenchOptions& o, const Level& L, const std::vector<Req>& pool,
+                              EngineStats& stats) {
   auto model = session_engine_model(s);
   EngineOptions eo;
   eo.slots = L.slots;
@@ -268,6 +269,7 @@ std::vector<Trace> run_engine(Session& s, const ServeBenchOptions& o, const Leve
     });
   for (auto& t : clients) t.join();
   engine.stop();
+  stats = engine.stats();
   if (!failure.empty()) runtime_error("bench serve: a client of the engine failed: {}", failure);
   return traces;
 }
@@ -334,7 +336,7 @@ ordered_json summarize(const std::vector<Trace>& traces, const std::vector<Req>&
     const bool whole = t.error.empty() && t.token_at.size() == t.tokens.size() &&
                        (static_cast<std::int64_t>(t.tokens.size()) == pool[j].gen || t.finish_reason == "eos");
     completed += whole && !t.tokens.empty() ? 1 : 0;
-    same += t.tokens == alone[j].out.at(0).tokens ? 1 : 0;
+    same += !alone.empty() && t.tokens == alone[j].out.at(0).tokens ? 1 : 0;
     tokens += static_cast<std::int64_t>(t.tokens.size());
     first = std::min(first, t.arrival);
     if (!t.token_at.empty()) {
@@ -352,6 +354,36 @@ ordered_json summarize(const std::vector<Trace>& traces, const std::vector<Req>&
   return {{"tokens", tokens}, {"seconds", span}, {"tokens_per_s", span > 0 ? static_cast<double>(tokens) / span : 0.0},
           {"completed", completed}, {"same_tokens_as_alone", same}, {"ttft_s", percentiles(ttft)},
           {"itl_s", percentiles(itl)}, {"requests", std::move(reqs)}};
+}
+
+// Where the engine's wall time went (EngineStats), in seconds and as shares of the run's span.
+ordered_json breakdown(const EngineStats& st, double span) {
+  const double known = st.prefill_s + st.decode_s + st.other_forward_s + st.copy_s + st.wait_s + st.idle_s;
+  const auto ms = [](double s, std::int64_t n) { return n > 0 ? 1e3 * s / static_cast<double>(n) : 0.0; };
+  return {{"span_s", span}, {"steps", st.steps},
+          {"prefill", {{"s", st.prefill_s}, {"forwards", st.prefill_forwards}, {"tokens", st.prefill_tokens},
+                       {"ms_per_token", ms(st.prefill_s, st.prefill_tokens)}}},
+          {"decode", {{"s", st.decode_s}, {"forwards", st.decode_forwards}, {"rows", st.decode_rows},
+                      {"ms_per_forward", ms(st.decode_s, st.decode_forwards)},
+                      {"rows_per_forward", st.decode_forwards ? static_cast<double>(st.decode_rows) / static_cast<double>(st.decode_forwards) : 0.0}}},
+          {"other_forward_s", st.other_forward_s}, {"copy_s", st.copy_s}, {"wait_s", st.wait_s}, {"idle_s", st.idle_s},
+          {"rest_s", span - known}};
+}
+
+void print_breakdown(const ordered_json& b) {
+  const double span = b["span_s"].get<double>();
+  const auto pct = [&](double s) { return span > 0 ? 100.0 * s / span : 0.0; };
+  const auto& p = b["prefill"];
+  const auto& d = b["decode"];
+  std::cout << fmt::format(
+      "  engine time over {:.2f} s, {} steps: prefill {:.2f} s ({:.0f}%, {} forwards, {} tokens, {:.2f} ms a token); "
+      "decode {:.2f} s ({:.0f}%, {} forwards, {:.1f} rows, {:.1f} ms each); other forwards {:.2f} s; copies {:.2f} s ({:.0f}%); "
+      "waiting on the request loops {:.2f} s ({:.0f}%); idle {:.2f} s ({:.0f}%); rest {:.2f} s\n",
+      span, b["steps"].get<std::int64_t>(), p["s"].get<double>(), pct(p["s"].get<double>()), p["forwards"].get<std::int64_t>(),
+      p["tokens"].get<std::int64_t>(), p["ms_per_token"].get<double>(), d["s"].get<double>(), pct(d["s"].get<double>()),
+      d["forwards"].get<std::int64_t>(), d["rows_per_forward"].get<double>(), d["ms_per_forward"].get<double>(),
+      b["other_forward_s"].get<double>(), b["copy_s"].get<double>(), pct(b["copy_s"].get<double>()), b["wait_s"].get<double>(),
+      pct(b["wait_s"].get<double>()), b["idle_s"].get<double>(), pct(b["idle_s"].get<double>()), b["rest_s"].get<double>());
 }
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
@@ -403,8 +435,12 @@ void print_text(const ordered_json& j) {
     std::cout << fmt::format("  {:<16} {:>9} {:>8} {:>8} {:>8}   {:>7} {:>7} {:>7}   {}\n", "system", "tokens/s", "TTFT p50",
                              "p90", "p99 (s)", "ITL p50", "p90", "p99 ms", "completed");
     print_system("engine", L["engine"]);
-    print_system("one at a time", L["one_at_a_time"]);
-    print_system("static batches", L["static"]);
+    if (L.contains("one_at_a_time")) {
+      print_system("one at a time", L["one_at_a_time"]);
+      print_system("static batches", L["static"]);
+    }
+    print_breakdown(L["engine"]["breakdown"]);
+    if (!L.contains("one_at_a_time")) continue;
     for (const char* b : {"one_at_a_time", "static"}) {
       const auto& r = L["ratios"][b];
       std::cout << fmt::format("  engine / {}: tokens/s {:.2f}x, TTFT p50 {:.2f}x, p90 {:.2f}x, ITL p50 {:.2f}x\n",
@@ -412,6 +448,7 @@ void print_text(const ordered_json& j) {
                                r["ttft_p50"].get<double>(), r["ttft_p90"].get<double>(), r["itl_p50"].get<double>());
     }
   }
+  if (!j.contains("targets")) return;
   const auto& t = j["targets"];
   std::cout << fmt::format("targets at {} clients: tokens/s {:.2f}x one at a time (>= 3x): {}; TTFT p50 {:.3f} s against "
                            "the reference {:.3f} s: {}\n",
@@ -437,6 +474,19 @@ double load_average() {
   double v = 0;
   in >> v;
   return v;
+}
+
+// The targets, at 16 clients (or the most clients run).
+void add_targets(ordered_json& j) {
+  const auto& levels = j["levels"];
+  const auto at = std::find_if(levels.begin(), levels.end(), [](const auto& l) { return l["clients"] == 16; });
+  const auto& top = at != levels.end() ? *at : levels.back();
+  const double x = top["ratios"]["one_at_a_time"]["tokens_per_s"].get<double>();
+  const double ttft = top["engine"]["ttft_s"]["p50"].get<double>();
+  const double reference = top["reference_s"].get<double>();
+  j["reference_s"] = reference;
+  j["targets"] = {{"clients", top["clients"]}, {"tokens_per_s_vs_one_at_a_time", x}, {"throughput_met", x >= 3.0},
+                  {"ttft_p50_s", ttft}, {"reference_s", reference}, {"ttft_met", ttft < reference}};
 }
 
 void progress(const ServeBenchOptions& o, const std::string& what, double seconds) {
@@ -468,11 +518,18 @@ int bench_serve(Session& s, const ServeBenchOptions& o, const PromptIds& ids) {
     const std::vector<Req> reqs(pool.begin(), pool.begin() + L.requests);
     t0 = Clock::now();
     const double reference = reference_seconds(s, ids, o.reference_prompt);
-    const std::vector<Generation> alone = run_alone(s, reqs);
-    progress(o, fmt::format("{} clients: reference and {} requests alone", clients, reqs.size()), since(t0));
+    const std::vector<Generation> alone = o.engine_only ? std::vector<Generation>() : run_alone(s, reqs);
+    progress(o, fmt::format("{} clients: reference and {} requests alone", clients, alone.size()), since(t0));
     t0 = Clock::now();
-    const auto engine = summarize(run_engine(s, o, L, reqs), reqs, alone);
+    EngineStats st;
+    auto engine = summarize(run_engine(s, o, L, reqs, st), reqs, alone);
+    engine["breakdown"] = breakdown(st, since(t0));
     progress(o, fmt::format("{} clients: engine", clients), since(t0));
+    if (o.engine_only) {
+      levels.push_back({{"clients", clients}, {"requests", L.requests}, {"slots", L.slots}, {"batch", L.batch},
+                        {"reference_s", reference}, {"engine", engine}});
+      continue;
+    }
     t0 = Clock::now();
     std::int64_t batches = 0, alone_runs = 0;
     auto stat = summarize(simulate(L, L.batch, static_batches(s, reqs), batches), reqs, alone);
@@ -483,19 +540,12 @@ int bench_serve(Session& s, const ServeBenchOptions& o, const PromptIds& ids) {
                       {"reference_s", reference}, {"engine", engine}, {"one_at_a_time", one}, {"static", stat},
                       {"ratios", {{"one_at_a_time", ratios(engine, one)}, {"static", ratios(engine, stat)}}}});
   }
-  // The targets, at 16 clients (or the most clients run).
-  const auto at = std::find_if(levels.begin(), levels.end(), [](const auto& l) { return l["clients"] == 16; });
-  const auto& top = at != levels.end() ? *at : levels.back();
-  const double x = top["ratios"]["one_at_a_time"]["tokens_per_s"].get<double>();
-  const double ttft = top["engine"]["ttft_s"]["p50"].get<double>();
-  const double reference = top["reference_s"].get<double>();
   const auto info = s.backend().info();
   ordered_json j{{"mode", "serve"}, {"arch", s.info().arch}, {"backend", info.name}, {"threads", info.threads},
                  {"compute", s.compute()}, {"seed", o.seed}, {"think_s", o.think}, {"prompt_range", {o.prompt_min, o.prompt_max}},
                  {"gen_range", {o.gen_min, o.gen_max}}, {"prefill_chunk", o.prefill_chunk},
-                 {"reference_prompt", o.reference_prompt}, {"reference_s", reference}, {"load_average", {load_before, load_average()}}, {"levels", levels}};
-  j["targets"] = {{"clients", top["clients"]}, {"tokens_per_s_vs_one_at_a_time", x}, {"throughput_met", x >= 3.0},
-                  {"ttft_p50_s", ttft}, {"reference_s", reference}, {"ttft_met", ttft < reference}};
+                 {"reference_prompt", o.reference_prompt}, {"load_average", {load_before, load_average()}}, {"levels", levels}};
+  if (!o.engine_only) add_targets(j);
   if (o.json) std::cout << j.dump() << "\n";
   else print_text(j);
   return 0;

@@ -111,7 +111,8 @@ RunTime run_prefill(Session& s, const BenchOptions& o) {
 
 // Decode: greedy, no EOS, KV cache (unless --no-kv-cache). max_new_tokens = tokens + 1: step 0 is the prefill (its
 // token is not counted); the timed part is the next `tokens` steps, one cached forward each.
-RunTime run_decode(Session& s, const BenchOptions& o, std::int64_t tokens) {
+// `profile`: attached after the prefill, so it holds the decode steps' nodes only.
+RunTime run_decode(Session& s, const BenchOptions& o, std::int64_t tokens, ExecProfile* profile) {
   ArOptions a;
   a.max_new_tokens = tokens + 1;
   a.sampling.do_sample = false;
@@ -121,7 +122,9 @@ RunTime run_decode(Session& s, const BenchOptions& o, std::int64_t tokens) {
   Clock::time_point after_prefill = t0, last = t0;
   generate_autoregressive(fwd, bench_prompts(s, o.batch, o.prompt_tokens), a, [&](const ArStep& st) {
     (st.step == 0 ? after_prefill : last) = Clock::now();
+    if (st.step == 0 && profile) s.set_profile(profile);
   });
+  if (profile) s.set_profile(nullptr);
   return {std::chrono::duration<double>(last - after_prefill).count(),
           std::chrono::duration<double>(after_prefill - t0).count()};
 }
@@ -145,10 +148,10 @@ RunTime run_diffusion_step(Session& s, const BenchOptions& o) {
   return {since(t0), 0};
 }
 
-RunTime run_once(Session& s, const BenchOptions& o, bool warmup) {
+RunTime run_once(Session& s, const BenchOptions& o, bool warmup, ExecProfile* profile = nullptr) {
   if (o.mode == "prefill") return run_prefill(s, o);
   // A short decode warms up as well as a long one: it touches every weight and the cache.
-  if (o.mode == "decode") return run_decode(s, o, warmup ? std::min<std::int64_t>(o.tokens, 4) : o.tokens);
+  if (o.mode == "decode") return run_decode(s, o, warmup ? std::min<std::int64_t>(o.tokens, 4) : o.tokens, profile);
   return run_diffusion_step(s, o);
 }
 
@@ -162,8 +165,10 @@ void check_options(BenchOptions& o) {
   if (o.no_cache && o.mode != "decode") bad_input("--no-kv-cache applies to --mode decode, not {}", o.mode);
   if (o.logits != "all" && o.logits != "last") bad_input("--logits: '{}' is not all or last", o.logits);
   if (o.logits_given && o.mode != "prefill") bad_input("--logits applies to --mode prefill, not {}", o.mode);
-  if (o.mode != "prefill" && (o.profile || !o.hooks.empty() || !o.sae.dirs.empty()))
-    bad_input("--profile, --hooks and --sae apply to --mode prefill, not {}", o.mode);
+  if (o.mode != "prefill" && (!o.hooks.empty() || !o.sae.dirs.empty()))
+    bad_input("--hooks and --sae apply to --mode prefill, not {}", o.mode);
+  if (o.profile && o.mode != "prefill" && o.mode != "decode")
+    bad_input("--profile applies to --mode prefill or decode, not {}", o.mode);
   if (o.profile_top < 1) bad_input("--profile-top must be at least 1, got {}", o.profile_top);
   if (o.mode != "diffusion-step") return;
   // The canvas is prompt + masks; by default half and half (64 + 64 for --tokens 128).
@@ -341,10 +346,12 @@ int cmd_bench(const Args& args) {
       ("slots", po::value(&o.serve.slots)->default_value(0), "serve: engine slots (0: the clients)")
       ("prefill-chunk", po::value(&o.serve.prefill_chunk)->default_value(256),
        "serve: prompt tokens the engine prefills per step")
+      ("engine-only", po::bool_switch(&o.serve.engine_only),
+       "serve: the engine alone, no one-at-a-time or static baselines (sweeps of --prefill-chunk)")
       ("reference-prompt", po::value(&o.serve.reference_prompt)->default_value(256),
        "serve: the TTFT target is one prefill of N tokens + 2 decode steps alone")
       ("profile", po::bool_switch(&o.profile),
-       "prefill: wall time of every graph node over the timed runs, per op kind and the top nodes (JSON: \"profile\")")
+       "prefill, decode (its steps only): wall time of every graph node over the timed runs, per op kind and the top nodes (JSON: \"profile\")")
       ("profile-top", po::value(&o.profile_top)->default_value(15), "prefill --profile: nodes listed by time")
       ("hooks", po::value(&o.hooks), "prefill: hook points tapped in every run (comma-separated names); "
        "*.hook_sae_acts_post rows are cut to their non-zero entries as --sae-sparse nonzero stores them, "
@@ -387,7 +394,8 @@ int cmd_bench(const Args& args) {
   if (!o.hooks.empty()) o.taps = bench_hooks(*session, o.hooks);
   run_once(*session, o, true);
   ExecProfile profile;  // attached after the warm-up, so only timed runs count
-  if (o.profile) session->set_profile(&profile);
+  const bool decode_profile = o.profile && o.mode == "decode";  // its steps only, not its prefill
+  if (o.profile && !decode_profile) session->set_profile(&profile);
   // Decode is bound by reading the weights once per token. The host's memory bandwidth moves
   // with its other tenants (45 to 80 GB/s seen here within minutes), so the bound is measured
   // next to every run: a streaming read of the same bytes before and after it (each the faster of
@@ -398,7 +406,7 @@ int cmd_bench(const Args& args) {
   double before = bound ? fastest_read(ranges, threads) : 0;
   std::vector<RunTime> runs;
   for (std::int64_t r = 0; r < o.repeat; ++r) {
-    runs.push_back(run_once(*session, o, false));
+    runs.push_back(run_once(*session, o, false, decode_profile ? &profile : nullptr));
     if (!bound) continue;
     const double after = fastest_read(ranges, threads);
     runs.back().read_seconds = std::min(before, after);

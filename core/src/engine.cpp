@@ -330,7 +330,9 @@ bool Engine::step() {
     // A cancelled loop is answered at its parked forward and runs to its end before anything is
     // served, so that its KV row is free before the next decode forward.
     while (true) {
+      const double t = now();
       cv_.wait(lk, settled);
+      counts_.wait_s += now() - t;
       bool any = false;
       for (auto& s : running_)
         if (s->cancel && s->phase == EngineSeq::Phase::Parked) {
@@ -427,7 +429,9 @@ void Engine::start() {
     while (true) {
       {
         std::unique_lock lk2(mu_);
+        const double t = now();
         cv_.wait(lk2, [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+        counts_.idle_s += now() - t;
         if (stopping_) return;
       }
       step();

@@ -86,9 +86,22 @@ Tensor Engine::run_forward(const StepInput& in, KvCache* cache, KvCache* scratch
         parts.push_back(Tensor::copy_of(mine));
       }
     };
+  const double t = now();
   Tensor out = model_.forward(EngineBatch{in, cache, scratch, call, taps, tap});
+  const double took = now() - t;
   std::lock_guard lk(mu_);
   ++counts_.forwards;
+  if (kv_ && cache == &kv_->cache()) {
+    counts_.decode_s += took;
+    ++counts_.decode_forwards;
+    counts_.decode_rows += in.batch;
+  } else if (in.use_cache && !in.fill_cache && in.slots == 0) {
+    counts_.prefill_s += took;
+    ++counts_.prefill_forwards;
+    for (const auto n : tokens) counts_.prefill_tokens += n;
+  } else {
+    counts_.other_forward_s += took;
+  }
   return out;
 }
 
@@ -140,8 +153,15 @@ void Engine::serve(std::vector<EngineSeq*>& parked) {
   done.insert(done.end(), decode.begin(), decode.end());
   guarded(full, [&](auto& g) { serve_full(g); });
   done.insert(done.end(), full.begin(), full.end());
+  const double t = now();
   for (PendingRow& r : rows) r.seq->row = kv_->add(*r.cache, r.row, r.pad, r.tokens);
+  add_copy(now() - t);
   release(done);
+}
+
+void Engine::add_copy(double seconds) {
+  std::lock_guard lk(mu_);
+  counts_.copy_s += seconds;
 }
 
 void Engine::release(const std::vector<EngineSeq*>& seqs) {
@@ -181,10 +201,12 @@ void Engine::serve_decode(std::vector<EngineSeq*>& seqs) {
   const std::vector<std::int64_t> zero(static_cast<std::size_t>(B), 0), one(static_cast<std::size_t>(B), 1);
   const Tensor logits = run_forward(in, &kv_->cache(), nullptr, seqs, zero, one, false);
   kv_->appended();
+  const double t = now();
   for (std::int64_t r = 0; r < B; ++r) {
     EngineSeq& s = *seqs[static_cast<std::size_t>(r)];
     s.result = s.post.need_logits ? logits_rows(logits, r, 1, 0, 1) : Tensor();
   }
+  add_copy(now() - t);
 }
 
 // Posts of any lengths right-aligned into one left-padded batch (decode.h, left_pad): pad slots

@@ -273,6 +273,33 @@ TEST(Engine, OneDecodeForwardServesEveryRunningSequence) {
   for (const auto& t : got) EXPECT_EQ(t.tokens.size(), 10u);
 }
 
+// The step loop's time breakdown counts what each kind of forward did: prompt tokens without the
+// padding, one decode row per running sequence a step.
+TEST(Engine, StatsCountPrefillTokensAndDecodeRows) {
+  FakeModel m;
+  // A chunk of 7: the 4-token prompt goes whole in step 0; the 12-token one in chunks 3 (what is
+  // left of step 0's budget), 7, 2.
+  Engine engine(m, EngineOptions{DecodingKind::Autoregressive, 8, 64, 128, 7});
+  std::vector<EngineRequest> reqs{ar_request({5, 6, 7, 8}, 6, 1, false),
+                                  ar_request({5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, 3, 1, false)};
+  for (auto& q : reqs) q.ar.eos_ids.clear();
+  const auto got = run_engine(engine, reqs, {0, 0});
+  ASSERT_EQ(got[0].tokens.size(), 6u);
+  ASSERT_EQ(got[1].tokens.size(), 3u);
+  const auto st = engine.stats();
+  EXPECT_EQ(st.prefill_tokens, 16);
+  EXPECT_EQ(st.prefill_forwards, 4);
+  // Decode rows: the first request's 5 tokens after its first; the second's 2, which start at step
+  // 3 beside the first's.
+  EXPECT_EQ(st.decode_rows, 5 + 2);
+  EXPECT_EQ(st.decode_forwards, 5);
+  EXPECT_EQ(st.forwards, st.prefill_forwards + st.decode_forwards);
+  EXPECT_GT(st.prefill_s, 0);
+  EXPECT_GT(st.decode_s, 0);
+  EXPECT_EQ(st.other_forward_s, 0);
+  EXPECT_GE(st.wait_s, 0);
+}
+
 // Holds the running rows' decode forward until a watched request has its first token (or 5 s).
 class FirstTokenWatch : public FakeModel {
  public:

@@ -169,6 +169,14 @@ struct EngineStats {
   std::int64_t steps = 0, forwards = 0, submitted = 0, finished = 0;
   std::int64_t threads = 0;  // request threads alive
   std::int64_t kv_filled = 0, kv_capacity = 0;
+  // Where the step loop's wall time went, in seconds since the engine was made (two clock reads a
+  // phase, so always on): model forwards over prompts (prefill_tokens real tokens, no padding),
+  // over the decode rows (decode_rows, one per running sequence a step) and any other kind; the
+  // copies around them (logits split per request, prompt caches moved into the shared one);
+  // waiting for the request loops to post (thread wake-ups, sampling, event delivery); and, with
+  // start(), idle with nothing running or waiting.
+  double prefill_s = 0, decode_s = 0, other_forward_s = 0, copy_s = 0, wait_s = 0, idle_s = 0;
+  std::int64_t prefill_forwards = 0, prefill_tokens = 0, decode_forwards = 0, decode_rows = 0;
 };
 
 struct EngineSeq;
@@ -218,7 +226,8 @@ class Engine {
   };
   void order_prompts(std::vector<EngineSeq*>& seqs);
   void serve_prefill(std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*>& prompted, std::vector<PendingRow>& rows);
-  void release(const std::vector<EngineSeq*>& seqs);  // hands each loop its served forward
+  void release(const std::vector<EngineSeq*>& seqs);
+  void add_copy(double seconds);  // hands each loop its served forward
   void serve_full(std::vector<EngineSeq*>& seqs);
   void serve_alone(EngineSeq& s);
   StepInput padded(const std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*>& rows, std::vector<std::int64_t>& pad,
