@@ -71,13 +71,14 @@ TINY_CASES = [
     ("edge_p31_block32_one_short", 31, dict(block_size=32, max_new_tokens=64, small_block_size=8, threshold=0.9)),
     ("edge_p33_block32_one_past", 33, dict(block_size=32, max_new_tokens=32, small_block_size=8, threshold=0.9)),
 ]
-# (name, prompt lengths, settings with the sampling and the base seed). Temperatures of 2-4: this
-# random model puts ~0.99 on its top token at temperature 1, so lower ones would draw its argmax.
+# (name, prompt lengths, settings with the sampling and the base seed). Temperatures of 2-6: this
+# random model puts ~0.99 on its top token at temperature 1, so lower ones would draw its argmax
+# (at 4 the top-k case still drew the greedy tokens).
 TINY_SAMPLED = [
     ("sampled_p6_block8_small4_T3_topp0.9", [6], dict(block_size=8, max_new_tokens=16, small_block_size=4,
                                                       threshold=0.5, temperature=3.0, top_p=0.9, seed=11)),
-    ("sampled_p20_block16_small8_T4_topk40", [20], dict(block_size=16, max_new_tokens=32, small_block_size=8,
-                                                       threshold=0.3, temperature=4.0, top_p=1.0, top_k=40, seed=5)),
+    ("sampled_p20_block16_small8_T6_topk40", [20], dict(block_size=16, max_new_tokens=32, small_block_size=8,
+                                                       threshold=0.3, temperature=6.0, top_p=1.0, top_k=40, seed=5)),
     ("sampled_batch3_block8_small4_T2_topp0.95", [5, 13, 16], dict(block_size=8, max_new_tokens=16,
                                                                   small_block_size=4, threshold=0.4,
                                                                   temperature=2.0, top_p=0.95, seed=7)),
