@@ -194,13 +194,17 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, FdV2SampledGolden, ::testing::ValuesIn(sam
   return n;
 });
 
-// The sampled goldens can tell sampling from greedy decoding: each case's completions differ from
-// the greedy ones of the same prompts (the reference's, recorded beside them), and one case uses
-// top_k, one top_p < 1 and one runs several prompts of different lengths.
+// The sampled goldens can tell sampling from greedy decoding and one seed from another: each case's
+// completions differ from the greedy ones of the same prompts and, prompt by prompt, from those of
+// other seeds (the reference's, recorded beside them; a wrong seed or stream word fails a case);
+// one case uses top_k, one top_p < 1 and one runs several prompts of different lengths.
 TEST(FdV2SampledGoldenCoverage, SampledCasesDifferFromGreedyAndSpanTheSettings) {
   bool top_k = false, top_p = false, batch = false;
   for (const auto& c : sampled_cases_json()) {
     EXPECT_NE(c["completions"], c["greedy_completions"]) << c["name"];
+    ASSERT_EQ(c["other_seed_completions"].size(), c["completions"].size()) << c["name"];
+    for (std::size_t r = 0; r < c["completions"].size(); ++r)
+      EXPECT_NE(c["completions"][r], c["other_seed_completions"][r]) << c["name"] << " prompt " << r;
     const auto& s = c["settings"];
     EXPECT_GT(s["temperature"].get<double>(), 0) << c["name"];
     top_k |= s.contains("top_k");

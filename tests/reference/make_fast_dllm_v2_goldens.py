@@ -79,9 +79,8 @@ TINY_SAMPLED = [
                                                       threshold=0.5, temperature=3.0, top_p=0.9, seed=11)),
     ("sampled_p20_block16_small8_T6_topk40", [20], dict(block_size=16, max_new_tokens=32, small_block_size=8,
                                                        threshold=0.3, temperature=6.0, top_p=1.0, top_k=40, seed=5)),
-    ("sampled_batch3_block8_small4_T2_topp0.95", [5, 13, 16], dict(block_size=8, max_new_tokens=16,
-                                                                  small_block_size=4, threshold=0.4,
-                                                                  temperature=2.0, top_p=0.95, seed=7)),
+    ("sampled_batch3_block8_small4_T3", [5, 13, 16], dict(block_size=8, max_new_tokens=16, small_block_size=4,
+                                                         threshold=0.4, temperature=3.0, top_p=1.0, seed=7)),
 ]
 FILES = {"tiny-fdv2-f32": (["--arch", "fast_dllm_v2", "--preset", "tiny", "--seed", "43"], TINY_CASES, TINY_SAMPLED)}
 EXTRA_HOOKS = {"attn_z_0": "blocks.0.attn.hook_z", "mlp_post_0": "blocks.0.mlp.hook_post",
@@ -162,9 +161,16 @@ def run_sampled(model, cfg, lengths, settings, case_seed):
             greedy = [ref.batch_sample(model, p, stop_token=stop, pad_id=cfg.pad_id, mask_id=cfg.mask_id,
                                        **{k: v for k, v in s.items() if k not in ("temperature", "top_p", "top_k")})
                       for p in prompts]
+            # The same prompts with other seeds: each must change the tokens, or the case could not
+            # tell one seed (or stream word) from another.
+            other = [ref.batch_sample(model, p, stop_token=stop, pad_id=cfg.pad_id, mask_id=cfg.mask_id,
+                                      seed=base + 1000 + r, **s) for r, p in enumerate(prompts)]
+            if any(o == q for o, q in zip(other, seqs)):
+                continue
             return {"prompts": prompts, "settings": s, "seed": base, "stop_token": stop, "pad_token": cfg.pad_id,
                     "completions": [ref.completion_of(q, len(p), stop) for q, p in zip(seqs, prompts)],
                     "greedy_completions": [ref.completion_of(q, len(p), stop) for q, p in zip(greedy, prompts)],
+                    "other_seed_completions": [ref.completion_of(q, len(p), stop) for q, p in zip(other, prompts)],
                     "margins": margins, "attempt": attempt}
     raise SystemExit(f"no prompts of lengths {lengths} clear the sampled thresholds for {settings}")
 
