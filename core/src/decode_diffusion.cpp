@@ -93,10 +93,12 @@ void check_block_diffusion(const DiffusionOptions& o) {
     bad_input("max_new_tokens: {} is less than block_size {} (batch_sample decodes max_new_tokens / block_size whole "
               "blocks, so it would generate nothing)",
               o.max_new_tokens, o.block_size);
-  if (o.sampling.temperature != 0)
-    bad_input("temperature: {} is not run for block diffusion: sonde decodes batch_sample greedily (temperature 0); "
-              "its top-p sampling draws with torch.multinomial, which sonde does not reproduce",
-              o.sampling.temperature);
+  if (!(std::isfinite(o.sampling.temperature) && o.sampling.temperature >= 0))
+    bad_input("temperature: {} is not a finite number >= 0 (0 decodes greedily)", o.sampling.temperature);
+  if (o.sampling.top_p && !(*o.sampling.top_p > 0 && *o.sampling.top_p <= 1))
+    bad_input("top_p: {} is outside (0, 1]", *o.sampling.top_p);
+  if (o.sampling.top_k && *o.sampling.top_k < 1)
+    bad_input("top_k: {} is less than 1 (leave it unset to keep every token)", *o.sampling.top_k);
 }
 
 }  // namespace

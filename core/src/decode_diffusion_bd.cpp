@@ -1,12 +1,14 @@
 // Fast-dLLM v2's block diffusion (DiffusionLoop::BlockDiffusion; NVlabs' generation_functions.py
-// batch_sample, arXiv 2509.26328), greedy, one prompt as its own sequence. docs/models.md states it:
+// batch_sample, arXiv 2509.26328), greedy or sampled, one prompt as its own sequence.
+// docs/models.md states it:
 // * blocks of block_size slots in order, autoregressive across blocks: the K/V of the completed
 //   blocks are cached; the prompt's whole blocks are forwarded first (the token after a prompt that
 //   ends on a block boundary is the argmax of its last logits);
 // * inside a block, sub-blocks of small_block_size in order; while a sub-block has masks, one
 //   forward of the block over the cache (logits shifted right by one slot inside the block, the
-//   block's first slot reading its own), and every masked slot of the sub-block whose p = softmax
-//   max exceeds the threshold takes its argmax, always the most confident one (the first of equal);
+//   block's first slot reading its own), and every masked slot of the sub-block whose p exceeds the
+//   threshold takes its token x, always the most confident one (the first of equal); greedy: x the
+//   argmax, p = softmax max; sampled: modeling.py's sample_with_top_p (below);
 // * a full block is forwarded once more over the cache, keeping its K/V, and the argmax of its last
 //   logits opens the next block, unless a stop token was committed: then the slots after the first
 //   stop (from the prompt's end) become pad and the generation ends.
@@ -15,6 +17,7 @@
 // block whose key mask shows only the slots the published cache holds, so the values the fill left
 // behind are never read.
 #include <sonde/error.h>
+#include <sonde/sampling.h>
 
 #include <algorithm>
 #include <cmath>
@@ -44,6 +47,7 @@ struct BdLoop {
   const DiffusionOptions& o;
   const std::vector<std::int32_t>& prompt;
   const DiffusionCallback& on_step;
+  std::uint64_t seed = 0;
   std::int64_t L = 0, N = 0, bs = 0, V = 0;
   // The published cache starts at slot base: 0 but for a prompt of exactly one block, which
   // batch_sample never forwards (its `min_len > block_size` test); positions count from base.
@@ -53,6 +57,22 @@ struct BdLoop {
   bool finished = false;
 
   bool masked(std::int64_t j) const { return x[static_cast<std::size_t>(j)] == o.mask_id; }
+
+  // Masked slot j's token and confidence from its (shifted) logits row. Sampled (temperature > 0):
+  // the published sample_with_top_p, probs = softmax(logits / T) with its top-p filter (descending,
+  // drop what follows a cumulative mass > top_p, the first always kept; Dream's, which top_k then
+  // follows as in Dream), renormalised; x drawn by the inverse CDF at the counter draw of (seed,
+  // step, slot j, Token) instead of torch.multinomial, and p = that renormalised probability of x,
+  // the x1_p batch_sample compares with the threshold. The draw depends on nothing but the
+  // prompt's own seed and place in its loop, so a batch does not change it.
+  BdPick pick(std::span<const float> row, std::int64_t j) const {
+    if (o.sampling.temperature <= 0) return bd_argmax_softmax(row);  // top_p plays no part, as published
+    const double u = counter_uniform(seed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(j),
+                                     RngStream::Token);
+    const DreamSampling sp{o.sampling.temperature, o.sampling.top_p, o.sampling.top_k, DiffusionAlg::MaskgitPlus};
+    const TokenChoice c = dream_sample_token(row, sp, u);
+    return {c.token, c.confidence};
+  }
 
   // The block [lo, lo + bs) over the cached slots: logits [1, bs, V] (or none).
   Tensor forward_block(std::int64_t lo, bool need_logits) {
@@ -110,7 +130,7 @@ struct BdLoop {
     std::int64_t best = -1;
     for (std::int64_t j = s0; j < s0 + o.small_block_size; ++j) {
       if (!masked(j)) continue;
-      const BdPick pk = bd_argmax_softmax(shifted_row(logits, 0, j - lo, bs, V));
+      const BdPick pk = pick(shifted_row(logits, 0, j - lo, bs, V), j);
       picks[static_cast<std::size_t>(j - s0)] = pk;
       conf[static_cast<std::size_t>(j)] = pk.p;
       if (best < 0 || pk.p > picks[static_cast<std::size_t>(best - s0)].p) best = j;
@@ -125,7 +145,8 @@ struct BdLoop {
     report(blk, conf, transfer, block_full && finished);
   }
 
-  // The full block's K/V into the cache and the next block's first token.
+  // The full block's K/V into the cache and the next block's first token: its argmax at any
+  // temperature, as batch_sample takes it (logits[:, -1:].argmax, no sampling there).
   void close_block(std::int64_t blk, std::int64_t lo, bool last_block) {
     const Tensor logits = forward_block(lo, true);
     const BdPick pk = bd_argmax_softmax(shifted_row(logits, 0, bs, bs, V));
@@ -173,12 +194,14 @@ DiffusionResult block_diffusion_generate(DecodeForward& model, const std::vector
                   prompts.size());
   DiffusionResult res;
   res.batch = static_cast<std::int64_t>(prompts.size());
-  for (const auto& p : prompts) {
+  for (std::size_t r = 0; r < prompts.size(); ++r) {
+    const auto& p = prompts[r];
     const auto L = static_cast<std::int64_t>(p.size());
     if (L < 1) bad_input("block diffusion: the prompt has no tokens");
     std::vector<std::int32_t> canvas = p;  // the prompt, then masks to the canvas width
     canvas.resize(static_cast<std::size_t>(diffusion_canvas_width(o, L)), o.mask_id);
-    BdLoop loop{model, o, p, on_step, L, static_cast<std::int64_t>(canvas.size()), o.block_size, model.vocab_size(),
+    const std::uint64_t seed = o.seeds.empty() ? 0 : o.seeds.at(r);
+    BdLoop loop{model, o, p, on_step, seed, L, static_cast<std::int64_t>(canvas.size()), o.block_size, model.vocab_size(),
                 0, std::move(canvas), 0, false};
     auto completion = loop.run();
     res.length = std::max(res.length, loop.N);

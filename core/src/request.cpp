@@ -235,25 +235,32 @@ void resolve_remasking(const GenerationSettings& s, DiffusionOptions& d) {
   d.eos_penalty = 0;  // LLaDA's generate() has no padding penalty (generation_config's is Dream-Coder's)
 }
 
-// Fast-dLLM v2's batch_sample: block_size, small_block_size, threshold, max_new_tokens; greedy.
+// Fast-dLLM v2's batch_sample: block_size, small_block_size, threshold, max_new_tokens, and its
+// sampling (temperature, top_p; top_k as Dream's, which the published code does not have).
 DiffusionOptions resolve_block_diffusion(const GenerationSettings& s, const ModelConfig& cfg, DiffusionOptions d) {
   const std::pair<const char*, bool> others[] = {
       {"steps", s.steps.has_value()}, {"alg", s.alg.has_value()}, {"eps", s.eps.has_value()},
-      {"alg_temp", s.alg_temp.has_value()}, {"top_p", s.top_p.has_value()}, {"top_k", s.top_k.has_value()},
+      {"alg_temp", s.alg_temp.has_value()}, {"eos_penalty", s.eos_penalty.has_value()},
       {"diffusion_mode", s.diffusion_mode.has_value()}, {"tokens_per_step", s.tokens_per_step.has_value()},
       {"refresh_every", s.refresh_every.has_value()}, {"block_length", s.block_length.has_value()},
       {"remasking", s.remasking.has_value()}, {"cfg_scale", s.cfg_scale.has_value()}};
   for (const auto& [name, set] : others)
     if (set)
       bad_input("{}: is not a setting of this model's generation, Fast-dLLM v2's block diffusion (block_size, "
-                "small_block_size, threshold, max_new_tokens; greedy)",
+                "small_block_size, threshold, max_new_tokens, temperature, top_p, top_k)",
                 name);
   d.loop = DiffusionLoop::BlockDiffusion;
   d.attention_block = cfg.bd_size.value_or(0);
   d.block_size = s.block_size.value_or(cfg.bd_size.value_or(32));
   d.small_block_size = s.small_block_size.value_or(8);  // the published evaluation's default
   d.threshold = s.threshold.value_or(0.9);
-  d.sampling.temperature = s.temperature.value_or(0.0);  // batch_sample's default, not generation_config's
+  // batch_sample's defaults (temperature 0, top_p 0.95), not generation_config.json's: the
+  // published file is Qwen2.5-Instruct's sampling for autoregressive decoding (0.7, 0.8, top_k 20).
+  d.sampling.temperature = s.temperature.value_or(0.0);
+  d.sampling.top_p = s.top_p.value_or(0.95);
+  d.sampling.top_k = s.top_k;
+  d.alg_temp.reset();
+  d.eos_penalty = 0;
   // batch_sample's stop_token (151645, <|im_end|>) is the published config.json's eos_token_id.
   const auto& eos = cfg.eos_token_ids.empty() ? cfg.generation.eos_token_ids : cfg.eos_token_ids;
   if (eos.empty()) bad_input("{}: config.json has no eos_token_id (the stop token of block diffusion)", cfg.dir.string());

@@ -39,6 +39,11 @@ nlohmann::json decoding(const RunModel& s, const std::vector<PreparedRequest>& p
       nlohmann::json e{{"loop", "fast_dllm_v2_batch_sample"}, {"diffusion_mode", "block_diffusion"}, {"block_size", d.block_size},
                        {"small_block_size", d.small_block_size}, {"threshold", d.threshold},
                        {"max_new_tokens", d.max_new_tokens}, {"stop_token", d.stop_id}, {"cache", "blocks"}};
+      if (d.sampling.temperature > 0) {  // sampled: what it drew with (greedy files keep their old keys)
+        e["temperature"] = d.sampling.temperature;
+        if (d.sampling.top_p) e["top_p"] = *d.sampling.top_p;
+        if (d.sampling.top_k) e["top_k"] = *d.sampling.top_k;
+      }
       if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
       continue;
     }

@@ -1,8 +1,8 @@
 // Fast-dLLM v2's bad input: a bd_size that is not a positive integer, a mask token outside the
 // vocabulary (given, or batch_sample's default 151665 when config.json names none), another
 // architecture class, and generation settings batch_sample cannot run with (a sub-block not
-// dividing the block, a block not dividing bd_size, a threshold outside (0, 1], a temperature,
-// another loop's settings): exit 2 and one line naming the file or setting and the value. Each case starts from fresh
+// dividing the block, a block not dividing bd_size, a threshold outside (0, 1], a negative
+// temperature, a top_p outside (0, 1], a top_k below 1, another loop's settings): exit 2 and one line naming the file or setting and the value. Each case starts from fresh
 // `make-model --arch fast_dllm_v2 --preset tiny` output.
 #include "checkpoint.h"
 #include "expect.h"
@@ -85,7 +85,12 @@ TEST_F(FastDllmV2BadInput, GenerationSettingsThatCannotRun) {
   EXPECT_TRUE(one_line_error(gen({"--small-block-size", "0"}), "generate", {"small_block_size", "0"}, {"less than 1"}));
   EXPECT_TRUE(one_line_error(gen({"--block-size", "24"}), "generate", {"block_size", "24", "bd_size 32"}, {"does not divide"}));
   EXPECT_TRUE(one_line_error(gen({"--block-size", "64"}), "generate", {"block_size", "64", "bd_size 32"}, {"does not divide"}));
-  EXPECT_TRUE(one_line_error(gen({"--temperature", "0.7"}), "generate", {"temperature", "0.7"}, {"greedily"}));
+  EXPECT_TRUE(one_line_error(gen({"--temperature", "-0.5"}), "generate", {"temperature", "-0.5"}, {"negative"}));
+  EXPECT_TRUE(one_line_error(gen({"--temperature", "1", "--top-p", "0"}), "generate", {"top_p", "0"}, {"outside (0, 1]"}));
+  EXPECT_TRUE(
+      one_line_error(gen({"--temperature", "1", "--top-p", "1.5"}), "generate", {"top_p", "1.5"}, {"outside (0, 1]"}));
+  EXPECT_TRUE(one_line_error(gen({"--temperature", "1", "--top-k", "0"}), "generate", {"top_k", "0"}, {"less than 1"}));
+  EXPECT_TRUE(one_line_error(gen({"--eos-penalty", "3"}), "generate", {"eos_penalty"}, {"not a setting"}));
   EXPECT_TRUE(one_line_error(gen({"--steps", "4"}), "generate", {"steps"}, {"not a setting"}));
   EXPECT_TRUE(one_line_error(gen({"--diffusion-mode", "block"}), "generate", {"diffusion_mode"}, {"not a setting"}));
   const auto few = run({"generate", "--model", model_.string(), "--ids", "1,2,3", "--json", "--max-new-tokens", "16"});
@@ -99,6 +104,18 @@ TEST(FastDllmV2BadInputOtherModels, SmallBlockSizeIsNotDreams) {
   const auto o = run({"generate", "--model", dream.string(), "--ids", "1,2,3", "--json", "--max-new-tokens", "8",
                       "--small-block-size", "4"});
   EXPECT_TRUE(one_line_error(o, "generate", {"small_block_size"}, {"Fast-dLLM v2"}));
+}
+
+// Sampling runs (it used to be refused): a seed gives one output.
+TEST_F(FastDllmV2BadInput, ItSamplesWithATemperature) {
+  const auto gen = [&] {
+    return run({"generate", "--model", model_.string(), "--ids", "1,2,3", "--json", "--max-new-tokens", "16",
+                "--block-size", "8", "--small-block-size", "4", "--temperature", "2", "--top-p", "0.9", "--seed", "3"});
+  };
+  const auto a = gen(), b = gen();
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("completion_ids"), std::string::npos) << a.out;
+  EXPECT_EQ(a.out, b.out);
 }
 
 // Nothing wrong: it generates, as many tokens as batch_sample's whole blocks give.

@@ -4,6 +4,11 @@
 // block sizes 8, 16 and 32, sub-blocks of 4 to 32, thresholds 0.3 to 0.95, prompts shorter than a
 // block, across blocks and ending on a block boundary, and a stop token committed inside a block.
 // Every decision clears the recorded margins, so the completions must agree token for token.
+// The `edge_*` cases put the prompt at the block edges batch_sample treats specially: exactly one
+// block (its first decoded block is forwarded without the prompt), exactly two, one token short of
+// and one past a block. `fdv2_sampled_cases` are sampled (temperature, top_p, top_k) with the
+// counter-based draws of docs/generation.md, re-implemented in the reference: each is run as one
+// batch of prompts of different lengths (prompt r draws with --seed + r) and each prompt alone.
 // The stop token is config.json's eos_token_id (batch_sample's stop_token), so a case with its
 // own runs on a copy of the checkpoint whose eos_token_id is that token.
 #include <gtest/gtest.h>
@@ -17,6 +22,7 @@
 #include <fstream>
 #include <sstream>
 #include <map>
+#include <set>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -102,6 +108,13 @@ std::vector<std::string> fd_args(const nlohmann::json& c, const std::string& bac
           }()};
 }
 
+std::string exact_number(double v) {
+  std::ostringstream o;
+  o.precision(17);
+  o << v;
+  return o.str();
+}
+
 class FdV2Golden : public ::testing::TestWithParam<FdCase> {};
 
 TEST_P(FdV2Golden, MatchesBatchSampleInFloat64) {
@@ -124,10 +137,90 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, FdV2Golden, ::testing::ValuesIn(fd_cases()
   return n;
 });
 
+nlohmann::json sampled_cases_json() {
+  return nlohmann::json::parse(read_string_attr(data_dir() / kGoldens, "fdv2_sampled_cases"));
+}
+
+std::vector<FdCase> sampled_cases() {
+  std::vector<FdCase> out;
+  for (const auto& c : sampled_cases_json())
+    for (const auto& b : built_backends()) out.push_back({c, b});
+  return out;
+}
+
+// `sonde generate` over some of the case's prompts (all: one batch) with --seed `seed`.
+std::vector<std::string> sampled_args(const nlohmann::json& c, const std::string& backend,
+                                      const std::vector<std::size_t>& which, std::uint64_t seed) {
+  const auto& s = c["settings"];
+  const auto model = fd_model(c["stop_token"].get<std::int64_t>(), c["pad_token"].get<std::int64_t>());
+  std::vector<std::string> a{"--model", model.string(), "--backend", backend, "--json", "--seed", std::to_string(seed),
+                             "--max-new-tokens", std::to_string(s["max_new_tokens"].get<int>()), "--block-size",
+                             std::to_string(s["block_size"].get<int>()), "--small-block-size",
+                             std::to_string(s["small_block_size"].get<int>()), "--threshold",
+                             exact_number(s["threshold"].get<double>()), "--temperature",
+                             exact_number(s["temperature"].get<double>()), "--top-p", exact_number(s["top_p"].get<double>())};
+  if (s.contains("top_k")) a.insert(a.end(), {"--top-k", std::to_string(s["top_k"].get<int>())});
+  for (auto r : which) a.insert(a.end(), {"--ids", join_ids(c["prompts"][r].get<std::vector<std::int64_t>>())});
+  return a;
+}
+
+class FdV2SampledGolden : public ::testing::TestWithParam<FdCase> {};
+
+// Seeded sampling, token for token against the float64 reference, as one batch and alone.
+TEST_P(FdV2SampledGolden, MatchesTheReferenceAloneAndInABatch) {
+  const auto& c = GetParam().spec;
+  const auto seed = c["seed"].get<std::uint64_t>();
+  const auto n = c["prompts"].size();
+  std::vector<std::size_t> all(n);
+  for (std::size_t r = 0; r < n; ++r) all[r] = r;
+  std::vector<nlohmann::json> batch;
+  ASSERT_NO_THROW(batch = generate_json(sampled_args(c, GetParam().backend, all, seed)));
+  ASSERT_EQ(batch.size(), n);
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto want = c["completions"][r].get<std::vector<std::int64_t>>();
+    EXPECT_EQ(batch[r]["completion_ids"].get<std::vector<std::int64_t>>(), want) << "prompt " << r << " in the batch";
+    if (n == 1) continue;  // alone is the batch
+    const auto alone = generate_json(sampled_args(c, GetParam().backend, {r}, seed + r));
+    ASSERT_EQ(alone.size(), 1u);
+    EXPECT_EQ(alone[0]["completion_ids"].get<std::vector<std::int64_t>>(), want) << "prompt " << r << " alone";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, FdV2SampledGolden, ::testing::ValuesIn(sampled_cases()),
+                         [](const ::testing::TestParamInfo<FdCase>& info) {
+  std::string n = info.param.spec["name"].get<std::string>() + "_" + info.param.backend;
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
+
+// The sampled goldens can tell sampling from greedy decoding and one seed from another: each case's
+// completions differ from the greedy ones of the same prompts and, prompt by prompt, from those of
+// other seeds (the reference's, recorded beside them; a wrong seed or stream word fails a case);
+// one case uses top_k, one top_p < 1 and one runs several prompts of different lengths.
+TEST(FdV2SampledGoldenCoverage, SampledCasesDifferFromGreedyAndSpanTheSettings) {
+  bool top_k = false, top_p = false, batch = false;
+  for (const auto& c : sampled_cases_json()) {
+    EXPECT_NE(c["completions"], c["greedy_completions"]) << c["name"];
+    ASSERT_EQ(c["other_seed_completions"].size(), c["completions"].size()) << c["name"];
+    for (std::size_t r = 0; r < c["completions"].size(); ++r)
+      EXPECT_NE(c["completions"][r], c["other_seed_completions"][r]) << c["name"] << " prompt " << r;
+    const auto& s = c["settings"];
+    EXPECT_GT(s["temperature"].get<double>(), 0) << c["name"];
+    top_k |= s.contains("top_k");
+    top_p |= s["top_p"].get<double>() < 1;
+    std::set<std::size_t> lengths;
+    for (const auto& p : c["prompts"]) lengths.insert(p.size());
+    batch |= lengths.size() > 1;
+  }
+  EXPECT_TRUE(top_k && top_p && batch);
+}
+
 // The golden set itself covers what the loop branches on (so a fault in one branch fails a case).
 TEST(FdV2GoldenCoverage, CasesSpanBlockSettingsAndAStopInsideABlock) {
   std::vector<int> blocks, smalls;
   bool stop_inside = false, boundary_prompt = false, short_prompt = false;
+  bool one_block = false, two_blocks = false, one_short = false, one_past = false;
   for (const auto& c : fd_cases_json()) {
     const auto& s = c["settings"];
     const int bs = s["block_size"].get<int>();
@@ -136,6 +229,10 @@ TEST(FdV2GoldenCoverage, CasesSpanBlockSettingsAndAStopInsideABlock) {
     const auto L = static_cast<int>(c["prompt"].size());
     const auto gen = c["completion"].size();
     boundary_prompt |= L > bs && L % bs == 0;
+    one_block |= L == bs;
+    two_blocks |= L == 2 * bs;
+    one_short |= L == bs - 1;
+    one_past |= L == bs + 1;
     short_prompt |= L < bs;
     stop_inside |= c["completion"].back() == c["stop_token"] && (L + static_cast<int>(gen)) % bs != 0;
   }
@@ -144,6 +241,7 @@ TEST(FdV2GoldenCoverage, CasesSpanBlockSettingsAndAStopInsideABlock) {
   EXPECT_GE(blocks.size(), 3u);
   EXPECT_TRUE(std::find(smalls.begin(), smalls.end(), 4) != smalls.end());
   EXPECT_TRUE(stop_inside && boundary_prompt && short_prompt);
+  EXPECT_TRUE(one_block && two_blocks && one_short && one_past);
 }
 
 // Hooks captured per step: each step's forward is the block over the cache, so a step's rows are

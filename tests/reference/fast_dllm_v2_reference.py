@@ -21,8 +21,11 @@ key slot u is visible from query slot a iff u // block <= a // block, block = bd
 forward's block_size argument, whose default equals the published bd_size). So attention is
 bidirectional inside a block and causal across blocks.
 
-Generation (batch_sample, greedy): see `batch_sample` below; one prompt at a time (each row of
-the published batch gets the result it gets alone when all rows have the same length).
+Generation (batch_sample): see `batch_sample` below; one prompt at a time (each row of the
+published batch gets the result it gets alone when all rows have the same length). Greedy, or
+sampled at a temperature as modeling.py's sample_with_top_p samples (`sample_with_top_p` below),
+with the draw taken from sonde's documented counter-based generator instead of torch.multinomial
+(docs/generation.md, "Seeds and the counter-based RNG"; re-implemented here from that text).
 Everything runs in the compute dtype given (float64 for the goldens).
 """
 import json
@@ -162,10 +165,75 @@ def _top2_gap(logits):
     return (top[..., 0] - top[..., 1]).min()
 
 
+TOKEN_STREAM = 1  # docs/generation.md: the stream word of a token choice (`Token`)
+
+
+def _mix64(z):
+    """splitmix64's finaliser (the documented one: add the golden gamma, two xor-shift-multiplies)."""
+    M = (1 << 64) - 1
+    z = (z + 0x9E3779B97F4A7C15) & M
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+    return z ^ (z >> 31)
+
+
+def counter_uniform(seed, step, slot, stream):
+    """docs/generation.md: splitmix64 finalisers chained over (seed, stream, step, slot), the top 53
+    bits of the result scaled to [0, 1)."""
+    h = _mix64(seed)
+    for w in (stream, step, slot):
+        h = _mix64(h ^ w)
+    return (h >> 11) * 2.0 ** -53
+
+
+def sample_with_top_p(logits, temperature, top_p, top_k, u, margins):
+    """One slot's sampled choice, as modeling.py's sample_with_top_p (temperature > 0):
+    probs = softmax(logits / T); sorted descending, every token after the first whose cumulative
+    mass before it exceeds top_p is dropped (the first always stays); top_k (not in the published
+    code; sonde applies it after top-p as Dream's sampler does) keeps the k most probable of the
+    rest (ties kept); the rest are renormalised. The token is the inverse CDF over token ids at u
+    (the first id whose cumulative probability exceeds u) instead of torch.multinomial, and its
+    confidence is its renormalised probability (the published x1_p). Records the decision margins:
+    the cut's distance to top_p, the k-th/(k+1)-th logit gap, and u's distance to the CDF steps
+    around the drawn id."""
+    probs = torch.softmax(logits / temperature, dim=-1).numpy()
+    lg = logits.numpy()
+    V = probs.shape[0]
+    ids = np.arange(V)
+    order = np.lexsort((ids, -probs))  # descending probability, equal ones by id
+    cum = np.cumsum(probs[order])
+    keep = np.ones(V, dtype=bool)
+    if top_p < 1:
+        drop_sorted = np.zeros(V, dtype=bool)
+        drop_sorted[1:] = cum[:-1] > top_p
+        keep[order] = ~drop_sorted
+        _note(margins, "min_top_p_margin", np.abs(cum - top_p).min())
+    if top_k is not None and top_k < keep.sum():
+        kept = ids[keep]
+        ranked = kept[np.lexsort((kept, -lg[kept]))]
+        kth = lg[ranked[top_k - 1]]
+        _note(margins, "min_top_k_gap", kth - lg[ranked[top_k]])
+        keep &= lg >= kth
+    p = np.where(keep, probs, 0.0)
+    p = p / p.sum()
+    cdf = np.cumsum(p)
+    x = min(int(np.searchsorted(cdf, u, side="right")), V - 1)
+    while p[x] == 0:  # rounding left u past the total: the last nonzero id
+        x -= 1
+    below = cdf[x - 1] if x > 0 else 0.0
+    _note(margins, "min_cdf_margin", min(u - below, cdf[x] - u))
+    return x, float(p[x])
+
+
 def batch_sample(model, prompt, block_size, max_new_tokens, small_block_size, threshold, stop_token, pad_id,
-                 mask_id, margins=None):
+                 mask_id, margins=None, temperature=0.0, top_p=0.95, top_k=None, seed=0):
     """generation_functions.py's batch_sample for one prompt (seq_len = min_len = len(prompt)),
-    greedy (temperature 0, so top_p plays no part), use_block_cache False. Returns the token list
+    use_block_cache False; greedy at temperature 0 (top_p plays no part), else sampled by
+    `sample_with_top_p` with the draw counter_uniform(seed, step, slot, Token): step counts this
+    prompt's block forwards before the current one (sub-block iterations and closing forwards, from
+    0; the prompt's prefill is not one), slot is the slot's index in the sequence (the prompt's
+    first token is slot 0). The token after a full block is its argmax at any temperature, as
+    published. Returns the token list
     batch_sample returns for the row: prompt + generated slots (pad after the stop token, and the
     one token the last block's closing forward predicted when the row never stopped).
 
@@ -189,7 +257,9 @@ def batch_sample(model, prompt, block_size, max_new_tokens, small_block_size, th
       cache appends its K/V to the cache, and the argmax of its last logits is appended.
     margins (dict, optional) collects the smallest top-1/top-2 logit gap of any argmax decision,
     the smallest |p - threshold| of any masked slot, and the smallest gap between the most
-    confident masked slot and the next, so a caller can reject near-ties.
+    confident masked slot and the next when that slot commits only for being the most confident
+    (p <= threshold), so a caller can reject near-ties; sampled runs add the draws' margins
+    (`sample_with_top_p`).
     """
     margins = {} if margins is None else margins
     bs, sbs = block_size, small_block_size
@@ -205,6 +275,7 @@ def batch_sample(model, prompt, block_size, max_new_tokens, small_block_size, th
             _note(margins, "min_logit_gap", _top2_gap(logits[-1:]))
             x.append(int(logits[-1].argmax()))
     finished = False
+    step = 0
     for block_idx in range(L // bs, num_blocks):
         end = (block_idx + 1) * bs
         x = x[:end] + [mask_id] * max(0, end - len(x))
@@ -219,6 +290,7 @@ def batch_sample(model, prompt, block_size, max_new_tokens, small_block_size, th
                 logits, cache = model(x[lo:end], cache, bs)
                 _note(margins, "min_logit_gap", _top2_gap(logits[-1:]))
                 x.append(int(logits[-1].argmax()))
+                step += 1
                 break
             for sb in range(0, bs, sbs):
                 while True:
@@ -227,23 +299,34 @@ def batch_sample(model, prompt, block_size, max_new_tokens, small_block_size, th
                         break
                     logits, _ = model(x[lo:end], cache, FORWARD_BLOCK)
                     shifted = torch.cat([logits[:1], logits[:-1]], dim=0)[sb : sb + sbs]
-                    probs = torch.softmax(shifted, dim=-1)
-                    choice = probs.argmax(dim=-1)
-                    conf = probs.gather(-1, choice[:, None])[:, 0]
+                    if temperature > 0:
+                        picked = {s: sample_with_top_p(shifted[s - lo - sb], temperature, top_p, top_k,
+                                                       counter_uniform(seed, step, s, TOKEN_STREAM), margins)
+                                  for s in masked}
+                        choice = torch.tensor([picked[lo + sb + i][0] if lo + sb + i in picked else 0
+                                               for i in range(sbs)])
+                        conf = torch.tensor([picked[lo + sb + i][1] if lo + sb + i in picked else 0.0
+                                             for i in range(sbs)], dtype=torch.float64)
+                    else:
+                        probs = torch.softmax(shifted, dim=-1)
+                        choice = probs.argmax(dim=-1)
+                        conf = probs.gather(-1, choice[:, None])[:, 0]
+                    step += 1
                     committed = []
                     best, best_p = None, -1.0
                     for i in range(sbs):
                         slot = lo + sb + i
                         if slot not in masked:
                             continue
-                        _note(margins, "min_logit_gap", _top2_gap(shifted[i : i + 1]))
+                        if temperature == 0:
+                            _note(margins, "min_logit_gap", _top2_gap(shifted[i : i + 1]))
                         _note(margins, "min_threshold_margin", abs(float(conf[i]) - threshold))
                         if float(conf[i]) > threshold:
                             committed.append(slot)
                         if float(conf[i]) > best_p:
                             best, best_p = slot, float(conf[i])
                     others = [float(conf[s - lo - sb]) for s in masked if s != best]
-                    if others:
+                    if others and best_p <= threshold:  # only then does being the best decide a commit
                         _note(margins, "min_best_margin", best_p - max(others))
                     if best not in committed:
                         committed.append(best)
