@@ -161,7 +161,8 @@ struct DiffusionOptions {
   // Fast-dLLM v2's batch_sample (loop BlockDiffusion; docs/models.md, arXiv 2509.26328): blocks of
   // block_size slots decoded in order over a K/V cache of the completed blocks, each in sub-blocks
   // of small_block_size filled by the threshold (every masked slot with p > threshold, and always
-  // the most confident), greedy; a committed stop_id ends the generation once its block is full.
+  // the most confident), greedy or sampled (sampling.temperature > 0: its top_p and top_k, with
+  // counter_uniform draws from seeds); a committed stop_id ends the generation once its block is full.
   std::int64_t small_block_size = 8;
   std::int64_t attention_block = 0;  // the model's bd_size: block_size must divide it
   std::int32_t stop_id = -1;
@@ -177,7 +178,8 @@ std::int64_t diffusion_canvas_width(const DiffusionOptions& o, std::int64_t T);
 // negative alg_temp or block_size < 1, threshold outside (0, 1], tokens_per_step < 0 or set with
 // origin or confidence_threshold, fewer steps than blocks, refresh_every < 0 or set without a
 // cached mode; BlockDiffusion: small_block_size not dividing block_size, block_size not dividing
-// attention_block, max_new_tokens < block_size, a temperature.
+// attention_block, max_new_tokens < block_size, a negative temperature, top_p outside (0, 1],
+// top_k < 1.
 void check_diffusion_options(const DiffusionOptions& o);
 
 // The blocks of the generation (slots [start, start + length) after the prompt) and the steps

@@ -87,9 +87,9 @@ ArOptions resolve_autoregressive(const GenerationSettings& s, const ModelConfig&
 // other loop (alg, eps, alg_temp, top_p, top_k, block_size, tokens_per_step, refresh_every), for
 // LLaDA's with Dream's loop, and for a threshold with Dream's loop but not alg confidence_threshold.
 // BlockDiffusion (Fast-dLLM v2's batch_sample): block_size (default config.json's bd_size),
-// small_block_size (default 8), threshold (default 0.9), max_new_tokens, greedy; the stop token is
-// the first eos_token_id (config.json's, else generation_config.json's); BadInput for any other
-// setting but a temperature of 0.
+// small_block_size (default 8), threshold (default 0.9), max_new_tokens, temperature (default 0:
+// greedy), top_p (default 0.95, batch_sample's), top_k (default off); the stop token is the first
+// eos_token_id (config.json's, else generation_config.json's); BadInput for any other setting.
 DiffusionOptions resolve_diffusion(const GenerationSettings& s, const ModelConfig& cfg,
                                    DiffusionLoop loop = DiffusionLoop::DreamTimesteps);
 // The same for a loaded model: its loop, and its mask token when neither config file names one

@@ -74,7 +74,8 @@ enum class DiffusionAlg { Origin, MaskgitPlus, TopkMargin, Entropy, ConfidenceTh
 // shifted by one slot), or LLaDA's generate() (semi-autoregressive blocks of block_length, steps
 // split over them, low_confidence or random remasking, classifier-free guidance, Gumbel-max
 // sampling at a temperature, no shift). BlockDiffusion: Fast-dLLM v2's batch_sample (blocks
-// decoded in order over a KV cache of completed blocks, sub-blocks, a confidence threshold; greedy).
+// decoded in order over a KV cache of completed blocks, sub-blocks, a confidence threshold; greedy or
+// sampled at a temperature with top-p).
 enum class DiffusionLoop { DreamTimesteps, SemiArRemasking, BlockDiffusion };
 // LLaDA's remasking: the committed slots are the most confident (p of the chosen token) or the
 // ones with the highest uniform draw. "low_confidence", "random"; BadInput naming the value otherwise.
