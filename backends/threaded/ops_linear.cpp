@@ -56,7 +56,7 @@ void widen_q8_rows(const Job& j, std::int64_t n0, std::int64_t n1, float* out) {
 // The W rows of a GEMM task as f32 in a panel of their own (bf16 is the top half of an f32:
 // exact). f32 rows are copied too: the kernel reads W with non-temporal prefetches, which do not
 // keep the rows in L2 for the next group of x rows; the panel is already there.
-void widen_rows(const Job& j, std::int64_t n0, std::int64_t n1, float* out) {
+void widen_rows(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1, float* out) {
   if (j.wt == WType::q8) return widen_q8_rows(j, n0, n1, out);
   const std::int64_t count = (n1 - n0) * j.K;
   if (j.wt == WType::f32) {
@@ -64,7 +64,9 @@ void widen_rows(const Job& j, std::int64_t n0, std::int64_t n1, float* out) {
     return;
   }
   const auto* h = static_cast<const std::uint16_t*>(j.W) + n0 * j.K;
-  if (j.wt == WType::bf16) {
+  if (j.wt == WType::bf16 && k.widen_bf16) {
+    k.widen_bf16(h, count, out);
+  } else if (j.wt == WType::bf16) {
     for (std::int64_t i = 0; i < count; ++i) {
       const std::uint32_t bits = static_cast<std::uint32_t>(h[i]) << 16;
       std::memcpy(out + i, &bits, 4);
@@ -83,7 +85,7 @@ void gemm_task(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1,
   const std::size_t panel_floats = static_cast<std::size_t>((n1 - n0) * j.K + 15) / 16 * 16;
   panel.resize(panel_floats + static_cast<std::size_t>(48 * kGemmPanelScratch) + 16);
   float* p = panel.data() + (16 - reinterpret_cast<std::uintptr_t>(panel.data()) / 4 % 16) % 16;
-  widen_rows(j, n0, n1, p);
+  widen_rows(k, j, n0, n1, p);
   const float* x = j.x + m0 * j.K;
   float* y = j.y + m0 * j.N + n0;
   // The panel kernel adds the bias as it stores each sum: a pass of its own afterwards re-read the
