@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 namespace sonde::test::compute_modes {
 namespace {
@@ -199,20 +200,22 @@ TEST(ThreadedCompute, EachModeIsBatchInvariant) {
 // scalar kernel's on one thread, which computes each row alone. K = 300 ends in a partial step;
 // K = 200 has an odd number of int8 blocks; N = 203 leaves W rows over from the groups in every
 // task, and 64 x rows leave a partial tile of x rows at most row counts.
-void check_every_row_count(const Mode& mode, const std::string& kernels) {
+// Each of `rows` x rows of every shape (M of the shape: the most rows) on 3 threads, bit for bit
+// the scalar kernel's on one thread; the scalar kernel's outputs within 1e-5 of reference's.
+void check_rows(const Mode& mode, const std::string& kernels, std::initializer_list<Shape3> shapes,
+                const std::vector<std::int64_t>& rows, unsigned seed) {
   std::string why;
   auto b = threaded_with(mode, kernels, why, 3);
   if (!b) GTEST_SKIP() << why;
   auto scalar = threaded_with(mode, "scalar", why, 1);
   ASSERT_TRUE(scalar) << why;
   auto ref = backend_in("reference", mode.compute, mode.weights);
-  constexpr std::int64_t Mmax = 64;
-  for (const Shape3& s : {Shape3{Mmax, 300, 203}, Shape3{Mmax, 200, 70}}) {
-    const auto args = linear_args(s, mode.wts.front(), true, 41);
-    const Tensor all = run_on(*scalar, linear(Mmax, s.N), args);
-    EXPECT_LE(normalised_error(all, run_on(*ref, linear(Mmax, s.N), args)), 1e-5);
+  for (const Shape3& s : shapes) {
+    const auto args = linear_args(s, mode.wts.front(), true, seed);
+    const Tensor all = run_on(*scalar, linear(s.M, s.N), args);
+    EXPECT_LE(normalised_error(all, run_on(*ref, linear(s.M, s.N), args)), 1e-5);
     const auto want = values(all), xs = values(args[0].t);
-    for (std::int64_t M = 1; M <= Mmax; ++M) {
+    for (std::int64_t M : rows) {
       std::vector<Arg> a = args;
       a[0] = {floats(DType::f32, Shape{M, s.K}, std::vector<float>(xs.begin(), xs.begin() + M * s.K))};
       const auto got = values(run_on(*b, linear(M, s.N), a));
@@ -222,6 +225,16 @@ void check_every_row_count(const Mode& mode, const std::string& kernels) {
             << " differs from the scalar kernel's";
     }
   }
+}
+
+std::vector<std::int64_t> one_to(std::int64_t n) {
+  std::vector<std::int64_t> v;
+  for (std::int64_t m = 1; m <= n; ++m) v.push_back(m);
+  return v;
+}
+
+void check_every_row_count(const Mode& mode, const std::string& kernels) {
+  check_rows(mode, kernels, {Shape3{64, 300, 203}, Shape3{64, 200, 70}}, one_to(64), 41);
 }
 
 TEST(ThreadedCompute, Bf16Avx512EmulationEveryRowCountIsTheScalarKernel) { check_every_row_count(kBf16, "avx512"); }
@@ -254,25 +267,7 @@ TEST(ThreadedCompute, ModeAndWeightsThatDoNotGoTogetherAreErrors) {
 // puts a tile's 6 W rows in L1 (the W rows stay while the x rows pass); K = 4200 (6 bf16 rows of
 // 8.4 KB, past a 48 KB L1) takes the other loop order, x rows staying while W rows pass.
 void check_prefill_rows(const Mode& mode, const std::string& kernels) {
-  std::string why;
-  auto b = threaded_with(mode, kernels, why, 3);
-  if (!b) GTEST_SKIP() << why;
-  auto scalar = threaded_with(mode, "scalar", why, 1);
-  ASSERT_TRUE(scalar) << why;
-  constexpr std::int64_t Mmax = 130;
-  for (const Shape3& s : {Shape3{Mmax, 300, 203}, Shape3{Mmax, 4200, 37}}) {
-    const auto args = linear_args(s, mode.wts.front(), true, 43);
-    const auto want = values(run_on(*scalar, linear(Mmax, s.N), args)), xs = values(args[0].t);
-    for (std::int64_t M : {65, 97, 130}) {
-      std::vector<Arg> a = args;
-      a[0] = {floats(DType::f32, Shape{M, s.K}, std::vector<float>(xs.begin(), xs.begin() + M * s.K))};
-      const auto got = values(run_on(*b, linear(M, s.N), a));
-      for (std::int64_t r = 0; r < M; ++r)
-        ASSERT_EQ(std::memcmp(got.data() + r * s.N, want.data() + r * s.N, std::size_t(s.N) * sizeof(float)), 0)
-            << kernels << " K=" << s.K << " N=" << s.N << ": row " << r << " of " << M
-            << " differs from the scalar kernel's";
-    }
-  }
+  check_rows(mode, kernels, {Shape3{130, 300, 203}, Shape3{130, 4200, 37}}, {65, 97, 130}, 43);
 }
 
 TEST(ThreadedCompute, Bf16Avx512EmulationPrefillTilesAreTheScalarKernel) { check_prefill_rows(kBf16, "avx512"); }
