@@ -37,6 +37,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qwen2_reference import read_safetensors  # noqa: E402  (the checkpoint reader only)
+from counter_rng import TOKEN, counter_uniform  # noqa: E402  (docs/generation.md's draws)
 
 PUBLISHED_MASK_ID = 151665  # batch_sample's mask_id default, |<MASK>| in the published tokenizer
 PUBLISHED_STOP = 151645     # batch_sample's stop_token default, <|im_end|>
@@ -165,25 +166,7 @@ def _top2_gap(logits):
     return (top[..., 0] - top[..., 1]).min()
 
 
-TOKEN_STREAM = 1  # docs/generation.md: the stream word of a token choice (`Token`)
-
-
-def _mix64(z):
-    """splitmix64's finaliser (the documented one: add the golden gamma, two xor-shift-multiplies)."""
-    M = (1 << 64) - 1
-    z = (z + 0x9E3779B97F4A7C15) & M
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
-    return z ^ (z >> 31)
-
-
-def counter_uniform(seed, step, slot, stream):
-    """docs/generation.md: splitmix64 finalisers chained over (seed, stream, step, slot), the top 53
-    bits of the result scaled to [0, 1)."""
-    h = _mix64(seed)
-    for w in (stream, step, slot):
-        h = _mix64(h ^ w)
-    return (h >> 11) * 2.0 ** -53
+TOKEN_STREAM = TOKEN
 
 
 def sample_with_top_p(logits, temperature, top_p, top_k, u, margins):

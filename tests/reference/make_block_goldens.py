@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_generation_goldens import (Model, check_forward, draw_prompts, forward_batch, left_pad,  # noqa: E402
                                      positions, ref, rope_cos_sin_at, sample_tokens)
 from make_goldens import lcg_ids, sha256  # noqa: E402
+from counter_rng import REVEAL, counter_uniform  # noqa: E402
 
 MAKE_MODEL = ["--arch", "dream", "--preset", "tiny", "--seed", "33"]
 THRESHOLDS = {"min_logit_gap": 1e-3, "min_selection_margin_rel": 1e-3, "min_selection_margin": 1e-4,
@@ -91,22 +92,6 @@ CASES = [
 LOGIT_COLUMNS = list(range(0, 2048, 128))  # the tiny preset's vocabulary is 2048
 
 
-def mix64(z):
-    M = (1 << 64) - 1
-    z = (z + 0x9E3779B97F4A7C15) & M
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
-    return z ^ (z >> 31)
-
-
-def counter_uniform(seed, step, slot, stream):
-    h = mix64(seed)
-    for w in (stream, step, slot):
-        h = mix64(h ^ w)
-    return (h >> 11) * 2.0 ** -53
-
-
-REVEAL = 2
 
 
 def forward_kv(m, ids, pos, allowed, cache=None, first=0):
