@@ -349,3 +349,18 @@ def test_ctrl_c_while_waiting_cancels_the_request(models):
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0, (out, err)
     assert "interrupted after" in out and "\ncancelled" in out and ("other length" in out or "other eos" in out) and "usable 2" in out, (out, err)
+
+
+def test_engine_stats_say_where_the_step_loop_went(models):
+    # One request alone: its prompt in prefill forwards, each token after the first in a decode
+    # forward of one row, and both kinds of forward took time.
+    model = sonde.Model(models["qwen2"])
+    res = model.submit([5, 6, 7, 8, 9], max_new_tokens=4, temperature=0).result()
+    deadline = time.monotonic() + 10
+    while model.engine_stats()["running"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    st = model.engine_stats()
+    assert st["prefill_tokens"] == 5 and st["prefill_forwards"] >= 1, st
+    assert st["decode_rows"] == st["decode_forwards"] == len(res.tokens) - 1 >= 1, st
+    assert st["prefill_s"] > 0 and st["decode_s"] > 0, st
+    assert all(st[k] >= 0 for k in ("other_forward_s", "copy_s", "wait_s", "idle_s")), st

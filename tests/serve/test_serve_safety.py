@@ -5,6 +5,7 @@ that disconnects cancelling its request, /metrics, and SIGTERM ending the proces
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import threading
@@ -169,6 +170,14 @@ class Safety(ServeCase):
                      "sonde_time_to_first_token_seconds_bucket", "sonde_time_per_output_token_seconds_count"]:
             self.assertIn(name, text)
         self.assertGreaterEqual(self.server.metric("sonde_generation_tokens_total"), 3)
+        # The engine's time counters: the 2-token prompt went through a prefill forward, the tokens
+        # after the first through decode forwards, and those phases took time.
+        self.assertGreaterEqual(self.server.metric("sonde_engine_prefill_tokens_total"), 2)
+        self.assertGreaterEqual(self.server.metric("sonde_engine_decode_rows_total"), 2)
+        phases = dict(re.findall(r'^sonde_engine_seconds_total\{phase="(\w+)"\} (\S+)$', text, re.M))
+        self.assertEqual(sorted(phases), ["copy", "decode", "idle", "other_forward", "prefill", "wait"])
+        self.assertGreater(float(phases["prefill"]), 0)
+        self.assertGreater(float(phases["decode"]), 0)
 
 
 class Deferred(ServeCase):

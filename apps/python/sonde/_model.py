@@ -366,7 +366,9 @@ class Model:
 
     def engine_stats(self):
         """The engine's counters: waiting, running, steps, forwards, submitted, finished, kv_rows,
-        kv_filled, kv_capacity, threads (all 0 before the first submit)."""
+        kv_filled, kv_capacity, threads; and where its step loop's wall time went (seconds):
+        prefill_s, decode_s, other_forward_s, copy_s, wait_s, idle_s, with prefill_forwards,
+        prefill_tokens, decode_forwards, decode_rows (all 0 before the first submit)."""
         return self._engine.engine_stats()
 
     def submit(self, prompt=None, *, ids=None, messages=None, id=None, max_new_tokens=None, temperature=None,

@@ -409,7 +409,11 @@ pb::dict submitted_result(Submitted& s) {
 pb::dict stats_dict(const EngineStats& st) {
   return pb::dict("waiting"_a = st.waiting, "running"_a = st.running, "kv_rows"_a = st.kv_rows, "steps"_a = st.steps,
                   "forwards"_a = st.forwards, "submitted"_a = st.submitted, "finished"_a = st.finished,
-                  "threads"_a = st.threads, "kv_filled"_a = st.kv_filled, "kv_capacity"_a = st.kv_capacity);
+                  "threads"_a = st.threads, "kv_filled"_a = st.kv_filled, "kv_capacity"_a = st.kv_capacity,
+                  "prefill_s"_a = st.prefill_s, "decode_s"_a = st.decode_s, "other_forward_s"_a = st.other_forward_s,
+                  "copy_s"_a = st.copy_s, "wait_s"_a = st.wait_s, "idle_s"_a = st.idle_s,
+                  "prefill_forwards"_a = st.prefill_forwards, "prefill_tokens"_a = st.prefill_tokens,
+                  "decode_forwards"_a = st.decode_forwards, "decode_rows"_a = st.decode_rows);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace sonde::serve {
 
 void Histogram::observe(double v) {
@@ -83,6 +85,20 @@ std::string Metrics::render(const EngineStats& e, std::int64_t live_jobs) const 
       "# HELP sonde_jobs_live Prompts a handler, a stream or the engine still holds.\n# TYPE sonde_jobs_live gauge\n"
       "sonde_jobs_live {}\n",
       prompt_tokens_, generated_tokens_, cancelled_, e.running, e.waiting, e.steps, e.forwards, e.threads, live_jobs);
+  // Where the engine's step loop spends its wall time (EngineStats): what bounds throughput.
+  out += fmt::format(
+      "# HELP sonde_engine_prefill_tokens_total Prompt tokens the engine's prefill forwards computed.\n"
+      "# TYPE sonde_engine_prefill_tokens_total counter\nsonde_engine_prefill_tokens_total {}\n"
+      "# HELP sonde_engine_decode_rows_total Rows of the engine's decode forwards (a running sequence a step).\n"
+      "# TYPE sonde_engine_decode_rows_total counter\nsonde_engine_decode_rows_total {}\n"
+      "# HELP sonde_engine_seconds_total Wall time of the engine's step loop by phase.\n"
+      "# TYPE sonde_engine_seconds_total counter\n",
+      e.prefill_tokens, e.decode_rows);
+  const std::pair<const char*, double> phases[] = {{"prefill", e.prefill_s}, {"decode", e.decode_s},
+                                                   {"other_forward", e.other_forward_s}, {"copy", e.copy_s},
+                                                   {"wait", e.wait_s}, {"idle", e.idle_s}};
+  for (const auto& [phase, seconds] : phases)
+    out += fmt::format("sonde_engine_seconds_total{{phase=\"{}\"}} {}\n", phase, seconds);
   ttft_.render(out, "sonde_time_to_first_token_seconds", "Time from submission to the first token or denoising step.");
   tpot_.render(out, "sonde_time_per_output_token_seconds", "Mean time between a request's generated tokens.");
   duration_.render(out, "sonde_request_duration_seconds", "Time from submission to the end of a prompt.");
