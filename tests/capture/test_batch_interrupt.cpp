@@ -32,7 +32,7 @@ std::vector<std::string> interrupt_batch_args(const std::string& model, const st
 // results, so 1,400 are still to come: over a second of writing in a Release build (several under
 // the sanitizers) against the milliseconds the signal and a second run's refusal take. 4000 made
 // these tests 77 s of the suite for no more reach (each runs the batch about twice).
-constexpr int kPrompts = 1500;
+constexpr int kInterruptPrompts = 1500;
 
 std::string prepare(const std::filesystem::path& dir) {
   const auto model = dir / "model";
@@ -40,7 +40,7 @@ std::string prepare(const std::filesystem::path& dir) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   {
     std::ofstream in(dir / "in.jsonl");
-    for (int i = 0; i < kPrompts; ++i) in << "{\"id\": " << i << ", \"ids\": [" << (i % 250) + 1 << ", " << i / 250 + 1 << ", 7]}\n";
+    for (int i = 0; i < kInterruptPrompts; ++i) in << "{\"id\": " << i << ", \"ids\": [" << (i % 250) + 1 << ", " << i / 250 + 1 << ", 7]}\n";
   }
   r = run_sonde(interrupt_batch_args(model.string(), dir, "full"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
