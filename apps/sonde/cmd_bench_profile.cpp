@@ -47,7 +47,7 @@ nlohmann::ordered_json profile_json(const ExecProfile& p) {
   for (const auto& n : p.nodes()) {
     total += n.seconds + n.tap_seconds;
     nodes.push_back({{"name", n.name}, {"op", std::string(op_name(n.op))}, {"shape", n.shape.str()}, {"runs", n.runs},
-                     {"seconds", n.seconds}, {"taps", n.taps}, {"tap_seconds", n.tap_seconds}, {"flops", n.flops}, {"sibling", n.sibling}});
+                     {"seconds", n.seconds}, {"best_seconds", n.best_seconds}, {"taps", n.taps}, {"tap_seconds", n.tap_seconds}, {"flops", n.flops}, {"sibling", n.sibling}});
   }
   j["node_seconds"] = total;
   auto kinds = nlohmann::ordered_json::array();

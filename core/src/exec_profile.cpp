@@ -23,6 +23,7 @@ void ExecProfile::add(const Graph& g, const Node& node, double seconds, double t
   }
   NodeTime& t = nodes_[it->second];
   t.shape = node.shape;
+  t.best_seconds = t.runs == 0 ? seconds : std::min(t.best_seconds, seconds);
   t.runs += 1;
   t.seconds += seconds;
   t.taps += tapped;

@@ -108,3 +108,20 @@ TEST_F(ExecProfileTest, RecordsEachComputedNodeOncePerRunWithItsTaps) {
 }
 
 }  // namespace
+
+// The fastest single run of a node is kept beside the sum: bench's ratios against a
+// micro-benchmark's best-of compare like with like (issue 31's SAE cost).
+TEST(ExecProfileBest, KeepsTheFastestRunBesideTheSum) {
+  ProfileGraph pg;
+  sonde::ExecProfile profile;
+  const sonde::Node* q = nullptr;
+  for (const auto& n : pg.g.nodes)
+    if (!n.names.empty() && n.name() == "q") q = &n;
+  ASSERT_NE(q, nullptr);
+  for (double s : {0.30, 0.10, 0.25}) profile.add(pg.g, *q, s, 0.0, 0, false);
+  const auto nodes = profile.nodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].runs, 3);
+  EXPECT_DOUBLE_EQ(nodes[0].seconds, 0.65);
+  EXPECT_DOUBLE_EQ(nodes[0].best_seconds, 0.10);
+}

@@ -20,6 +20,8 @@ struct NodeTime {
   Shape shape;                // as of its last run
   std::int64_t runs = 0;      // times the node was computed
   double seconds = 0;         // its op's wall time, summed
+  double best_seconds = 0;    // its fastest single run (against a micro-benchmark's best-of: the sum's
+                              // mean carries the host's noise, which biases such a ratio upwards)
   std::int64_t taps = 0;      // hook values handed to the tap callback
   double tap_seconds = 0;     // the tap callback's wall time on them (a sink's own work), summed
   double flops = 0;           // a Linear's 2 x rows x K x N, summed over its runs; 0 for other ops
