@@ -10,6 +10,7 @@
 #include "run_sonde.h"
 #include "spawn.h"
 #include "test_paths.h"
+#include "test_scale.h"
 
 #include <algorithm>
 #include <csignal>
@@ -151,13 +152,14 @@ TEST(BatchCli, ResumeAfterATornResultsFileEqualsAnUninterruptedRun) {
 TEST(BatchCli, SigintFinishesTheMicroBatchAndLeavesAResumableRun) {
   const auto dir = temp_dir();
   // 1500 requests: 1,300 still to come when the signal is sent, over a second of work (3000 made
-  // the test 15 s of the suite for the same check).
-  write_lines(dir / "in.jsonl", many_requests(1500));
+  // the test 15 s of the suite for the same check; SONDE_TEST_SCALE, test_scale.h, takes fewer).
+  const auto n = static_cast<int>(scaled(1500, 400));
+  write_lines(dir / "in.jsonl", many_requests(n));
   const auto args = batch_args(dir / "in.jsonl", dir / "out.jsonl", {"--batch-size", "2"});
   auto r = run_sonde(batch_args(dir / "in.jsonl", dir / "full.jsonl", {"--batch-size", "2"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Child c = spawn_sonde(args, dir / "log.txt");
-  // SIGINT once 200 of the 1500 results are out (progress, not a clock: a fast machine would
+  // SIGINT once 200 of the n results are out (progress, not a clock: a fast machine would
   // finish a run before a fixed delay).
   std::optional<int> ended;
   while (!(ended = poll_child(c))) {
@@ -172,7 +174,7 @@ TEST(BatchCli, SigintFinishesTheMicroBatchAndLeavesAResumableRun) {
   ASSERT_EQ(code, 130) << log;
   EXPECT_NE(log.find("--resume"), std::string::npos) << log;
   const auto partial = read_results(dir / "out.jsonl");
-  EXPECT_LT(partial.size(), 1500u);
+  EXPECT_LT(partial.size(), static_cast<std::size_t>(n));
   auto resumed = args;
   resumed.push_back("--resume");
   r = run_sonde(resumed);

@@ -8,6 +8,7 @@
 #include "run_sonde.h"
 #include "spawn.h"
 #include "test_paths.h"
+#include "test_scale.h"
 
 #include <sys/wait.h>
 
@@ -31,8 +32,9 @@ std::vector<std::string> interrupt_batch_args(const std::string& model, const st
 // A batch run on 1500 tiny prompts, its uninterrupted twin made first. The signal comes after 100
 // results, so 1,400 are still to come: over a second of writing in a Release build (several under
 // the sanitizers) against the milliseconds the signal and a second run's refusal take. 4000 made
-// these tests 77 s of the suite for no more reach (each runs the batch about twice).
-constexpr int kInterruptPrompts = 1500;
+// these tests 77 s of the suite for no more reach (each runs the batch about twice). Under
+// SONDE_TEST_SCALE (test_scale.h) a quarter: still seconds of slower, sanitized work after the signal.
+long long interrupt_prompts() { return scaled(1500, 300); }
 
 std::string prepare(const std::filesystem::path& dir) {
   const auto model = dir / "model";
@@ -40,7 +42,7 @@ std::string prepare(const std::filesystem::path& dir) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   {
     std::ofstream in(dir / "in.jsonl");
-    for (int i = 0; i < kInterruptPrompts; ++i) in << "{\"id\": " << i << ", \"ids\": [" << (i % 250) + 1 << ", " << i / 250 + 1 << ", 7]}\n";
+    for (long long i = 0, n = interrupt_prompts(); i < n; ++i) in << "{\"id\": " << i << ", \"ids\": [" << (i % 250) + 1 << ", " << i / 250 + 1 << ", 7]}\n";
   }
   r = run_sonde(interrupt_batch_args(model.string(), dir, "full"));
   EXPECT_EQ(r.exit_code, 0) << r.output;

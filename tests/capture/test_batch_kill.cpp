@@ -8,6 +8,7 @@
 #include "made_models.h"
 #include "spawn.h"
 #include "test_paths.h"
+#include "test_scale.h"
 
 #include <algorithm>
 #include <chrono>
@@ -55,9 +56,10 @@ int kill_at_line(const Child& c, const std::filesystem::path& results, std::int6
 
 TEST(BatchKill, SigkillAtRandomMomentsThenResumeEqualsAnUninterruptedRun) {
   const auto dir = temp_dir();
+  const std::int64_t n = scaled(1500, 300);  // SONDE_TEST_SCALE: each kill still lands mid-run
   {
     std::ofstream in(dir / "in.jsonl");
-    for (int i = 0; i < 1500; ++i)
+    for (int i = 0; i < n; ++i)
       in << nlohmann::json{{"id", "q" + std::to_string(i)}, {"ids", {i % 2000, 7, 300 + i % 50, 9}}}.dump() << "\n";
   }
   const Child ref = spawn_sonde(args_for(dir, "ref"), dir / "ref.log");
@@ -79,7 +81,7 @@ TEST(BatchKill, SigkillAtRandomMomentsThenResumeEqualsAnUninterruptedRun) {
       send_signal(c, SIGKILL);
       code = wait_child(c);
     } else {
-      const auto target = had + 1 + static_cast<std::int64_t>(ahead(rng) * static_cast<double>(1500 - had));
+      const auto target = had + 1 + static_cast<std::int64_t>(ahead(rng) * static_cast<double>(n - had));
       code = kill_at_line(c, dir / "run.jsonl", target, std::chrono::milliseconds(jitter_ms(rng)));
     }
     // A kill that lands after the run marked its file complete, while the process exits, leaves
@@ -106,7 +108,7 @@ TEST(BatchKill, SigkillAtRandomMomentsThenResumeEqualsAnUninterruptedRun) {
   std::set<std::string> ids;
   std::istringstream lines(results);
   for (std::string l; std::getline(lines, l);) EXPECT_TRUE(ids.insert(nlohmann::json::parse(l)["id"]).second) << l;
-  EXPECT_EQ(ids.size(), 1500u);
+  EXPECT_EQ(ids.size(), static_cast<std::size_t>(n));
   for (const auto& d : kDatasets) {
     const Array got = read_dataset(dir / "run.h5", d), want = read_dataset(dir / "ref.h5", d);
     EXPECT_EQ(got.shape, want.shape) << d;

@@ -9,6 +9,7 @@
 #include "run_sonde.h"
 #include "spawn.h"
 #include "test_paths.h"
+#include "test_scale.h"
 
 #include <cmath>
 #include <cstring>
@@ -29,9 +30,10 @@ TEST(FeatureStatsSink, ASigkillThenResumeGivesTheBitsOfAnUninterruptedRun) {
   const auto dir = temp_dir();
   const auto model = dir / "m";
   ASSERT_EQ(run_sonde({"make-model", "--arch", "qwen2", "--preset", "tiny", "--seed", "3", "--out", model.string()}).exit_code, 0);
+  const auto n = scaled(400, 100);  // SONDE_TEST_SCALE (test_scale.h): the kill at the same fraction
   {
     std::ofstream in(dir / "in.jsonl");
-    for (int i = 0; i < 400; ++i)
+    for (int i = 0; i < n; ++i)
       in << nlohmann::json{{"id", "q" + std::to_string(i)}, {"ids", {1 + i % 1900, 7, 300 + i % 50, 9, 11}}}.dump() << "\n";
   }
   const auto args_for = [&](const char* tag) {
@@ -46,11 +48,11 @@ TEST(FeatureStatsSink, ASigkillThenResumeGivesTheBitsOfAnUninterruptedRun) {
 
   auto args = args_for("run");
   // Late, so that much of the final top lists comes from the state read back.
-  ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", 300, dir / "run.log"));
+  ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", n * 3 / 4, dir / "run.log"));
   ASSERT_EQ(read_int_attr(dir / "run.h5", "complete"), 0);
   const auto killed_at = as_ints(read_dataset(dir / "run.h5", "progress/mark")).at(0);
   EXPECT_GT(killed_at, 0) << "no checkpoint before the kill";
-  EXPECT_LT(killed_at, 400);
+  EXPECT_LT(killed_at, n);
   args.push_back("--resume");
   const auto r = run_sonde(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;

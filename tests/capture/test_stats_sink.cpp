@@ -10,6 +10,7 @@
 #include "run_sonde.h"
 #include "spawn.h"
 #include "test_paths.h"
+#include "test_scale.h"
 
 #include <algorithm>
 #include <chrono>
@@ -112,14 +113,16 @@ TEST(StatsSink, EqualsTheCapturedRowsWhateverTheMicroBatchSize) {
 TEST(StatsSink, ASigkillThenResumeGivesTheBitsOfAnUninterruptedRun) {
   const auto dir = temp_dir();
   const auto model = tiny_model(dir);
-  write_input(dir / "in.jsonl", 400);
+  // SONDE_TEST_SCALE (test_scale.h): a quarter, the kill still a quarter of the way in.
+  const auto n = scaled(400, 100);
+  write_input(dir / "in.jsonl", static_cast<int>(n));
   auto ref = stats_batch_args(model, dir / "in.jsonl", dir / "ref.jsonl", 4);
   ref.insert(ref.end(), {"--stats", (dir / "ref.h5").string(), "--checkpoint-every", "8"});
   ASSERT_EQ(run_sonde(ref).exit_code, 0);
 
   auto args = stats_batch_args(model, dir / "in.jsonl", dir / "run.jsonl", 4);
   args.insert(args.end(), {"--stats", (dir / "run.h5").string(), "--checkpoint-every", "8"});
-  ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", 100, dir / "run.log"));
+  ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", n / 4, dir / "run.log"));
   ASSERT_EQ(read_int_attr(dir / "run.h5", "complete"), 0);
   args.push_back("--resume");
   const auto r = run_sonde(args);
@@ -143,7 +146,9 @@ class StatsBehindActs : public ::testing::TestWithParam<std::string> {};
 TEST_P(StatsBehindActs, ResumeTrimsTheActivationsToTheStatisticsMark) {
   const auto dir = temp_dir();
   const auto model = tiny_model(dir, GetParam());
-  write_input(dir / "in.jsonl", 300);
+  // SONDE_TEST_SCALE (test_scale.h): fewer prompts, the kills at the same fractions of the run.
+  const auto n = scaled(300, 90);
+  write_input(dir / "in.jsonl", static_cast<int>(n));
   const auto with_outputs = [&](const char* tag) {
     auto a = stats_batch_args(model, dir / "in.jsonl", dir / (std::string(tag) + ".jsonl"), 4);
     a.insert(a.end(), {"--acts", (dir / (std::string(tag) + "_acts.h5")).string(), "--stats",
@@ -152,10 +157,10 @@ TEST_P(StatsBehindActs, ResumeTrimsTheActivationsToTheStatisticsMark) {
   };
   ASSERT_EQ(run_sonde(with_outputs("ref")).exit_code, 0);
   auto args = with_outputs("run");
-  ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", 60, dir / "run1.log"));
+  ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", n / 5, dir / "run1.log"));
   fs::copy_file(dir / "run_stats.h5", dir / "early_stats.h5");
   args.push_back("--resume");
-  ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", 160, dir / "run2.log"));
+  ASSERT_TRUE(kill_at_lines(args, dir / "run.jsonl", n * 8 / 15, dir / "run2.log"));
   const auto early = committed_prompts(dir / "early_stats.h5"), later = committed_prompts(dir / "run_stats.h5");
   ASSERT_LT(early, later) << "no checkpoint between the kills";  // so the activations are ahead
   fs::copy_file(dir / "early_stats.h5", dir / "run_stats.h5", fs::copy_options::overwrite_existing);

@@ -7,6 +7,8 @@
 #include <sonde/engine.h>
 #include <sonde/error.h>
 
+#include "test_scale.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
