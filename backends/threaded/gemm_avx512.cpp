@@ -131,26 +131,43 @@ inline void transpose16(__m512 r[16]) {
 
 // x rows [0, M) at stride ldx into blocks of kXr rows: block b, leaf j, step s holds
 // x[b kXr + r][32 s + j] for r < kXr at xp + ((b * 32 + j) * S + s) * kXr (zero past M and K).
+// Two blocks at a time: 16 rows x 16 elements transposed, each result vector one leaf's 8 + 8 rows.
 void gemm_pack_x_avx512(const float* x, i64 M, i64 ldx, i64 K, float* xp) {
-  const i64 S = steps_of(K);
-  for (i64 b = 0; b * kXr < M; ++b) {
-    float* out = xp + b * 32 * S * kXr;
-    for (int r = 0; r < kXr; ++r) {
-      const i64 m = b * kXr + r;
-      const float* row = x + m * ldx;
-      for (i64 s = 0; s < S; ++s)
-        for (int j = 0; j < 32; ++j) {
-          const i64 k = 32 * s + j;
-          out[(j * S + s) * kXr + r] = m < M && k < K ? row[k] : 0.0f;
+  static_assert(kXr == 8);
+  const i64 S = steps_of(K), blocks = (M + kXr - 1) / kXr;
+  for (i64 b = 0; b < blocks; b += 2) {
+    float* lo = xp + b * 32 * S * kXr;
+    float* hi = b + 1 < blocks ? lo + 32 * S * kXr : nullptr;
+    for (i64 s = 0; s < S; ++s)
+      for (int h = 0; h < 2; ++h) {
+        const i64 k0 = 32 * s + 16 * h;
+        const __mmask16 mask = gemm_lanes(K - k0);
+        __m512 r[16];
+        for (int o = 0; o < 16; ++o)
+          r[o] = b * kXr + o < M ? _mm512_maskz_loadu_ps(mask, x + (b * kXr + o) * ldx + k0) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int jj = 0; jj < 16; ++jj) {
+          const i64 at = ((16 * h + jj) * S + s) * kXr;
+          _mm256_storeu_ps(lo + at, _mm512_castps512_ps256(r[jj]));
+          if (hi) _mm256_storeu_ps(hi + at, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r[jj]), 1)));
         }
-    }
+      }
   }
 }
 
-// f32 W rows [0, N) (row-major, K each) into blocks of kWr rows: block c, leaf j, step s holds the
-// wr = min(kWr, N - c kWr rounded up to 16) floats W[c kWr + o][32 s + j] at
-// wp + c kWr 32 S + (j S + s) wr (zero past N and K). 16 x 16 transposes of whole vectors.
-void gemm_pack_w_avx512(const float* W, i64 N, i64 K, float* wp) {
+// 16 W elements from k0 of a row (f32 or bf16; zero past the mask), as f32: bf16 is the top half of
+// an f32, widened exactly as the GEMV's load_w widens it.
+inline __m512 load_w16(const void* W, bool bf16, i64 row, i64 K, i64 k0, __mmask16 mask) {
+  if (!bf16) return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(W) + row * K + k0);
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(W) + row * K + k0);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// W rows [0, N) (f32 or bf16, row-major, K each) into blocks of kWr rows: block c, leaf j, step s
+// holds the wr = min(kWr, N - c kWr rounded up to 16) floats W[c kWr + o][32 s + j] at
+// wp + c kWr 32 S + (j S + s) wr (zero past N and K). 16 x 16 transposes of whole vectors; bf16
+// is widened on the way (one pass over W, no f32 copy between).
+void gemm_pack_w_avx512(const void* W, bool bf16, i64 N, i64 K, float* wp) {
   const i64 S = steps_of(K);
   for (i64 c = 0; c * kWr < N; ++c) {
     const i64 left = N - c * kWr, wr = left >= kWr ? kWr : (left + 15) / 16 * 16;
@@ -162,8 +179,7 @@ void gemm_pack_w_avx512(const float* W, i64 N, i64 K, float* wp) {
           const i64 k0 = 32 * s + 16 * h;
           const __mmask16 mask = gemm_lanes(K - k0);
           __m512 r[16];
-          for (int o = 0; o < 16; ++o)
-            r[o] = o < rows ? _mm512_maskz_loadu_ps(mask, W + (c * kWr + 16 * g + o) * K + k0) : _mm512_setzero_ps();
+          for (int o = 0; o < 16; ++o) r[o] = o < rows ? load_w16(W, bf16, c * kWr + 16 * g + o, K, k0, mask) : _mm512_setzero_ps();
           transpose16(r);
           for (int jj = 0; jj < 16; ++jj) _mm512_storeu_ps(out + ((16 * h + jj) * S + s) * wr + 16 * g, r[jj]);
         }

@@ -30,10 +30,10 @@ struct Kernels {
   // The exact f32 GEMM (gemm_avx512.cpp): y[m*ldy + n] = sum_k x[m*ldx + k] * W[n*K + k] (+ bias[n],
   // an f32 add after the sum, when bias is given), each sum exactly as gemv sums it (bit-identical
   // to gemv and then a bias pass), from operands packed by the two pack entries: x rows into
-  // gemm_x_pack_floats(M, K) floats, f32 W rows into gemm_w_pack_floats(N, K); scratch holds
-  // kGemmScratchFloats. Null: gemv on W rows widened to f32.
+  // gemm_x_pack_floats(M, K) floats, f32 or bf16 W rows into gemm_w_pack_floats(N, K) floats (W[n*K]
+  // is row n); scratch holds kGemmScratchFloats. Null: gemv on W rows widened to f32.
   void (*gemm_pack_x)(const float* x, std::int64_t M, std::int64_t ldx, std::int64_t K, float* xp);
-  void (*gemm_pack_w)(const float* W, std::int64_t N, std::int64_t K, float* wp);
+  void (*gemm_pack_w)(const void* W, bool bf16, std::int64_t N, std::int64_t K, float* wp);
   void (*gemm_packed)(const float* xp, std::int64_t M, const float* wp, std::int64_t N, std::int64_t K,
                       const float* bias, float* y, std::int64_t ldy, float* scratch);
   float (*dot)(const float* a, const float* b, std::int64_t n);  // sum a[i] b[i]
@@ -68,7 +68,7 @@ void gemv_avx2(const float* x, std::int64_t M, std::int64_t ldx, const void* W, 
                std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
 
 void gemm_pack_x_avx512(const float* x, std::int64_t M, std::int64_t ldx, std::int64_t K, float* xp);
-void gemm_pack_w_avx512(const float* W, std::int64_t N, std::int64_t K, float* wp);
+void gemm_pack_w_avx512(const void* W, bool bf16, std::int64_t N, std::int64_t K, float* wp);
 void gemm_packed_avx512(const float* xp, std::int64_t M, const float* wp, std::int64_t N, std::int64_t K,
                         const float* bias, float* y, std::int64_t ldy, float* scratch);
 

@@ -1,8 +1,9 @@
 // Linear y[M,N] = x[M,K] W[N,K]^T + b with W used in place (f32/f16/bf16) or as q8 blocks
 // (kernels.h: w = float(q) * s, x stays f32), all through the same kernels.
 // Work is split over blocks of W rows (and x row chunks when there are few blocks); K is never
-// split, and every output goes through the GEMV kernel, whose summation order depends on K alone,
-// so the result is bit-identical for any thread count, schedule, path and number of x rows.
+// split, and every output is summed in the GEMV kernel's order, which depends on K alone (the
+// packed GEMM of gemm_avx512.cpp sums in the same tree), so the result is bit-identical for any
+// thread count, schedule, path and number of x rows.
 #include "ops.h"
 
 #include <algorithm>
@@ -110,21 +111,22 @@ void gemm_task_gemv(const Kernels& k, const Job& j, std::int64_t n0, std::int64_
   add_bias(j, m0, m1, n0, n1);
 }
 
-// One GEMM task on the packed kernel: W rows [n0, n1) (widened to f32 first unless they are)
-// packed, against x rows [m0, m1) of the call's x pack (m0 a multiple of kGemmXRows). The kernel
+// One GEMM task on the packed kernel: W rows [n0, n1) packed, against x rows [m0, m1) of the call's x pack (m0 a multiple of kGemmXRows). The kernel
 // adds the bias as it stores each sum: a pass of its own afterwards re-read the task's outputs,
 // whose rows (j.N floats apart, 64 KB for an SAE's 16,384 features) share cache sets, from L3.
 void gemm_task_packed(const Kernels& k, const Job& j, const float* xp, std::int64_t n0, std::int64_t n1,
                       std::int64_t m0, std::int64_t m1) {
-  const float* rows = static_cast<const float*>(j.W) + n0 * j.K;
-  if (j.wt != WType::f32) {
+  // f32 and bf16 rows are packed straight from W; f16 and q8 are widened to f32 first.
+  const bool direct = j.wt == WType::f32 || j.wt == WType::bf16;
+  const void* rows = static_cast<const char*>(j.W) + n0 * j.K * (j.wt == WType::f32 ? 4 : 2);
+  if (!direct) {
     float* wide = t_wide.get((n1 - n0) * j.K);
     widen_rows(k, j, n0, n1, wide);
     rows = wide;
   }
   const std::int64_t packed = w_pack_floats(n1 - n0, j.K);
   float* wp = t_packed.get(packed + kGemmScratchFloats);
-  k.gemm_pack_w(rows, n1 - n0, j.K, wp);
+  k.gemm_pack_w(rows, direct && j.wt == WType::bf16, n1 - n0, j.K, wp);
   k.gemm_packed(xp + m0 / kGemmXRows * kGemmXRows * gemm_steps(j.K) * 32, m1 - m0, wp, n1 - n0, j.K,
                 j.bias ? j.bias + n0 : nullptr, j.y + m0 * j.N + n0, j.N, wp + packed);
 }
