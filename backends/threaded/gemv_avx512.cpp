@@ -113,20 +113,6 @@ template <WType T, int M, int R> struct Block {
     }
   }
 
-  // A full step on f32 rows in cache, one 16-lane half at a time: 3 x vectors live instead of 6,
-  // and each W vector feeds its FMAs straight from L1, so 24 accumulators fit the registers. The
-  // same FMAs into the same accumulators as step<true>.
-  inline void step_f32(const float* x, i64 ldx, const char* base, i64 stride, i64 k) {
-    for (int h = 0; h < 2; ++h) {
-      __m512 xv[M];
-      for (int m = 0; m < M; ++m) xv[m] = _mm512_loadu_ps(x + m * ldx + k + 16 * h);
-      for (int r = 0; r < R; ++r) {
-        const __m512 w = _mm512_loadu_ps(reinterpret_cast<const float*>(base + r * stride) + k + 16 * h);
-        for (int m = 0; m < M; ++m) acc[m][r][h] = _mm512_fmadd_ps(w, xv[m], acc[m][r][h]);
-      }
-    }
-  }
-
   // Prefetches the lines kAhead bytes past offset `off` of every row (on into its stream's next row).
   inline void prefetch(const char* base, i64 stride, i64 off) const {
     for (int r = 0; r < R; ++r) {
@@ -154,29 +140,6 @@ template <WType T, int M, int R> struct Block {
   void zero() {
     for (int m = 0; m < M; ++m)
       for (int r = 0; r < R; ++r) acc[m][r][0] = acc[m][r][1] = _mm512_setzero_ps();
-  }
-  // The accumulators of (x row m, W row r) at s + (m * sld + r) * 32, unreduced: a K block's
-  // partial sums carry into the next block without a change of order.
-  void load(const float* s, i64 sld) {
-    for (int m = 0; m < M; ++m)
-      for (int r = 0; r < R; ++r) {
-        acc[m][r][0] = _mm512_loadu_ps(s + (m * sld + r) * 32);
-        acc[m][r][1] = _mm512_loadu_ps(s + (m * sld + r) * 32 + 16);
-      }
-  }
-  void store(float* s, i64 sld) const {
-    for (int m = 0; m < M; ++m)
-      for (int r = 0; r < R; ++r) {
-        _mm512_storeu_ps(s + (m * sld + r) * 32, acc[m][r][0]);
-        _mm512_storeu_ps(s + (m * sld + r) * 32 + 16, acc[m][r][1]);
-      }
-  }
-  // Steps over [k0, k1) of K (k0 a multiple of kStep; k1 too, or K), no prefetch (an in-cache panel).
-  void steps(const float* x, i64 ldx, const char* base, i64 stride, i64 k0, i64 k1) {
-    i64 k = k0;
-    static_assert(T == WType::f32);
-    for (; k + kStep <= k1; k += kStep) step_f32(x, ldx, base, stride, k);
-    if (k < k1) step<false>(x, ldx, base, stride, k, k1 - k);
   }
   void finish(float* y, i64 ldy, i64 ystride) const {
     for (int m = 0; m < M; ++m)
@@ -239,125 +202,7 @@ template <WType T> void gemv_t(const float* x, i64 M, i64 ldx, const void* W, i6
   }
 }
 
-// The GEMM on an f32 panel P (N rows of K, row-major) in cache, every output summed exactly as
-// the GEMV sums it. The GEMV's two accumulators of an output (lanes of K elements 32s + j and
-// 32s + 16 + j) never meet before the end, so each half of K runs as a pass of its own: a tile
-// of 4 x rows by 6 W rows holds 24 one-half accumulators (the GEMV's block holds both halves,
-// 3 x 4), and a step loads 4 x vectors and 6 W vectors for 24 FMAs, where the GEMV's block
-// needed 7 (or 15 with folded W loads) for 12: the FMA units, not the loads, set the pace, as
-// in an outer-product kernel. Blocking: per chunk of kXChunk x rows, each tile's 6 W rows over a
-// K block of kKb elements (24 KB: L1) meet every x tile; the unreduced accumulators carry from
-// one K block to the next in `scratch`. At the end the halves are added and the 16 lanes
-// reduced as the GEMV does.
-constexpr i64 kTm = 4, kTr = 6, kKb = 1024, kXChunk = 48;
-
-template <int MT, int RT> struct HalfTile {
-  __m512 acc[MT][RT];
-
-  // One half (h) of the steps over [k0, k1) of K: k0 a multiple of kStep, k1 too or K (the
-  // tail step masked as the GEMV masks it, its FMAs done even where every lane is zero).
-  void steps(const float* x, i64 ldx, const float* w, i64 ldw, i64 k0, i64 k1, int h) {
-    i64 k = k0;
-    for (; k + kStep <= k1; k += kStep) {
-      __m512 xv[MT];
-      for (int m = 0; m < MT; ++m) xv[m] = _mm512_loadu_ps(x + m * ldx + k + 16 * h);
-      for (int r = 0; r < RT; ++r) {
-        __m512 wv = _mm512_loadu_ps(w + r * ldw + k + 16 * h);
-        asm("" : "+v"(wv));  // one load feeding MT FMAs, not MT folded loads
-        for (int m = 0; m < MT; ++m) acc[m][r] = _mm512_fmadd_ps(wv, xv[m], acc[m][r]);
-      }
-    }
-    if (k < k1) {
-      const __mmask16 mask = lanes(k1 - k - 16 * h);
-      __m512 xv[MT];
-      for (int m = 0; m < MT; ++m) xv[m] = _mm512_maskz_loadu_ps(mask, x + m * ldx + k + 16 * h);
-      for (int r = 0; r < RT; ++r) {
-        const __m512 wv = _mm512_maskz_loadu_ps(mask, w + r * ldw + k + 16 * h);
-        for (int m = 0; m < MT; ++m) acc[m][r] = _mm512_fmadd_ps(wv, xv[m], acc[m][r]);
-      }
-    }
-  }
-  // Scratch of (x row m, W row r): s + (m * kTr + r) * 32, half h at + 16 h.
-  void load(const float* s, int h) {
-    for (int m = 0; m < MT; ++m)
-      for (int r = 0; r < RT; ++r) acc[m][r] = _mm512_loadu_ps(s + (m * kTr + r) * 32 + 16 * h);
-  }
-  void zero() {
-    for (int m = 0; m < MT; ++m)
-      for (int r = 0; r < RT; ++r) acc[m][r] = _mm512_setzero_ps();
-  }
-  void store(float* s, int h) const {
-    for (int m = 0; m < MT; ++m)
-      for (int r = 0; r < RT; ++r) _mm512_storeu_ps(s + (m * kTr + r) * 32 + 16 * h, acc[m][r]);
-  }
-};
-
-inline float with_bias(float sum, const float* b, int r) { return b ? sum + b[r] : sum; }
-
-// x rows [0, MT) against W rows [0, RT) over the K block [k0, k1); s holds the tile's carried sums.
-// b (or null): W rows' biases, added to each reduced sum as its own f32 add (the bits of a
-// separate pass over y, without reading back a tile of rows 4*ldy bytes apart, which share cache sets).
-template <int MT, int RT> void tile(const float* x, i64 ldx, const float* w, i64 K, i64 k0, i64 k1, float* y, i64 ldy,
-                                    float* s, const float* b) {
-  const bool first = k0 == 0, last = k1 == K;
-  if (first && last) {  // one K block: the first half waits in scratch, the second stays in registers
-    HalfTile<MT, RT> t;
-    t.zero();
-    t.steps(x, ldx, w, K, k0, k1, 0);
-    t.store(s, 0);
-    t.zero();
-    t.steps(x, ldx, w, K, k0, k1, 1);
-    for (int m = 0; m < MT; ++m)
-      for (int r = 0; r < RT; ++r)
-        y[m * ldy + r] = with_bias(_mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(s + (m * kTr + r) * 32), t.acc[m][r])), b, r);
-    return;
-  }
-  for (int h = 0; h < 2; ++h) {
-    HalfTile<MT, RT> t;
-    if (first) t.zero(); else t.load(s, h);
-    t.steps(x, ldx, w, K, k0, k1, h);
-    t.store(s, h);
-  }
-  if (last)
-    for (int m = 0; m < MT; ++m)
-      for (int r = 0; r < RT; ++r) {
-        const float* p = s + (m * kTr + r) * 32;
-        y[m * ldy + r] = with_bias(_mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16))), b, r);
-      }
-}
-
-using TileFn = void (*)(const float*, i64, const float*, i64, i64, i64, float*, i64, float*, const float*);
-
-template <int MT, int... RT> constexpr std::array<TileFn, sizeof...(RT)> tile_row(std::integer_sequence<int, RT...>) {
-  return {tile<MT, RT + 1>...};
-}
-// kTiles[mt - 1][rt - 1]: the edge tiles too (every shape runs at the full tile's order).
-constexpr std::array<std::array<TileFn, kTr>, kTm> kTiles = {
-    tile_row<1>(std::make_integer_sequence<int, kTr>{}), tile_row<2>(std::make_integer_sequence<int, kTr>{}),
-    tile_row<3>(std::make_integer_sequence<int, kTr>{}), tile_row<4>(std::make_integer_sequence<int, kTr>{})};
-
 }  // namespace
-
-// scratch: kXChunk * kTr * 32 floats (<= kGemmPanelScratch per x row).
-void gemm_panel_avx512(const float* x, i64 M, i64 ldx, const float* P, i64 N, i64 K, const float* bias, float* y, i64 ldy,
-                       float* scratch) {
-  static_assert(kTr * 32 <= kGemmPanelScratch);
-  for (i64 m0 = 0; m0 < M; m0 += kXChunk) {
-    const i64 m1 = m0 + kXChunk < M ? m0 + kXChunk : M;
-    for (i64 r = 0; r < N; r += kTr) {
-      const i64 rt = N - r < kTr ? N - r : kTr;
-      for (i64 k0 = 0; k0 < K; k0 += kKb) {
-        const i64 k1 = k0 + kKb < K ? k0 + kKb : K;
-        for (i64 m = m0; m < m1; m += kTm) {
-          const i64 mt = m1 - m < kTm ? m1 - m : kTm;
-          kTiles[static_cast<std::size_t>(mt - 1)][static_cast<std::size_t>(rt - 1)](
-              x + m * ldx, ldx, P + r * K, K, k0, k1, y + m * ldy + r, ldy, scratch + (m - m0) * kTr * 32,
-              bias ? bias + r : nullptr);
-        }
-      }
-    }
-  }
-}
 
 // 16 elements a step: zero-extended to 32 bits and shifted up, as load_w widens them.
 void widen_bf16_avx512(const std::uint16_t* h, i64 n, float* out) {

@@ -27,12 +27,15 @@ struct Kernels {
   // y[m*ldy + n] = sum_k x[m*ldx + k] * W[n,k] for m < M, n0 <= n < n1 (f32 accumulation).
   void (*gemv)(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
                std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
-  // y[m*ldy + n] = sum_k x[m*ldx + k] * P[n*K + k] (+ bias[n], an f32 add after the sum, when
-  // bias is given) for m < M, n < N, P an f32 panel in cache, each sum exactly as gemv sums it
-  // (bit-identical to gemv and then a bias pass); scratch holds kGemmPanelScratch floats per x row
-  // (up to 48 rows at a time). Null: gemv on the panel.
-  void (*gemm_panel)(const float* x, std::int64_t M, std::int64_t ldx, const float* P, std::int64_t N, std::int64_t K,
-                     const float* bias, float* y, std::int64_t ldy, float* scratch);
+  // The exact f32 GEMM (gemm_avx512.cpp): y[m*ldy + n] = sum_k x[m*ldx + k] * W[n*K + k] (+ bias[n],
+  // an f32 add after the sum, when bias is given), each sum exactly as gemv sums it (bit-identical
+  // to gemv and then a bias pass), from operands packed by the two pack entries: x rows into
+  // gemm_x_pack_floats(M, K) floats, f32 or bf16 W rows into gemm_w_pack_floats(N, K) floats (W[n*K]
+  // is row n); scratch holds kGemmScratchFloats. Null: gemv on W rows widened to f32.
+  void (*gemm_pack_x)(const float* x, std::int64_t M, std::int64_t ldx, std::int64_t K, float* xp);
+  void (*gemm_pack_w)(const void* W, bool bf16, std::int64_t N, std::int64_t K, float* wp);
+  void (*gemm_packed)(const float* xp, std::int64_t M, const float* wp, std::int64_t N, std::int64_t K,
+                      const float* bias, float* y, std::int64_t ldy, float* scratch);
   float (*dot)(const float* a, const float* b, std::int64_t n);  // sum a[i] b[i]
   void (*axpy)(float a, const float* x, float* y, std::int64_t n);  // y += a x
   // Attention over a block of keys, one call instead of one per key (decode at long context is
@@ -53,7 +56,10 @@ struct Kernels {
   void (*widen_bf16)(const std::uint16_t* h, std::int64_t n, float* out);
 };
 
-constexpr std::int64_t kGemmPanelScratch = 8 * 32;
+// The packed GEMM's tile: x rows per block, W rows per block (3 vectors), and its scratch (the
+// partial sums of 8 x blocks: 8 x 5 levels x 8 x 48 floats, 61 KB, in L2).
+constexpr std::int64_t kGemmXRows = 8, kGemmWRows = 48;
+constexpr std::int64_t kGemmScratchFloats = 8 * 5 * kGemmXRows * kGemmWRows;
 
 // The GEMV entries of the SIMD tables (own TUs: gemv_avx512.cpp, gemv_avx2.cpp).
 void gemv_avx512(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
@@ -61,8 +67,10 @@ void gemv_avx512(const float* x, std::int64_t M, std::int64_t ldx, const void* W
 void gemv_avx2(const float* x, std::int64_t M, std::int64_t ldx, const void* W, WType wt, std::int64_t K,
                std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
 
-void gemm_panel_avx512(const float* x, std::int64_t M, std::int64_t ldx, const float* P, std::int64_t N,
-                       std::int64_t K, const float* bias, float* y, std::int64_t ldy, float* scratch);
+void gemm_pack_x_avx512(const float* x, std::int64_t M, std::int64_t ldx, std::int64_t K, float* xp);
+void gemm_pack_w_avx512(const void* W, bool bf16, std::int64_t N, std::int64_t K, float* wp);
+void gemm_packed_avx512(const float* xp, std::int64_t M, const float* wp, std::int64_t N, std::int64_t K,
+                        const float* bias, float* y, std::int64_t ldy, float* scratch);
 
 void widen_bf16_avx512(const std::uint16_t* h, std::int64_t n, float* out);
 

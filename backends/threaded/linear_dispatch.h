@@ -1,14 +1,14 @@
 #pragma once
 // Which path a Linear on f32/f16/bf16 or q8 weights takes, from the work alone. Both paths
-// run the same GEMV kernel on every output (gemm() feeds it W rows widened to f32 first), so the
-// choice changes the speed, never a bit of the result: a prompt's numbers do not depend on how
-// many rows share its micro-batch.
+// sum every output in the same order (the GEMV kernel's; the GEMM path's packed kernel adds the
+// same pairs, gemm_avx512.cpp), so the choice changes the speed, never a bit of the result: a
+// prompt's numbers do not depend on how many rows share its micro-batch.
 //  - gemv: W is read from memory in its own dtype and widened in the kernel; with more than 3
 //    x rows the kernel takes W in chunks of about 256 KB that stay in L2 while every group of
 //    3 x rows passes over them: one read of W from memory plus ceil(M / 3) passes at the
 //    kernel's in-cache rate.
-//  - gemm: W is read once, widened to f32 panels that stay in L2 while all x rows pass over them:
-//    one read of W, the widening (a cost per weight whatever the rows), and the arithmetic at
+//  - gemm: W is read once, packed as f32 panels that stay in L2 while all x rows pass over them:
+//    one read of W, the packing (a cost per weight whatever the rows), and the arithmetic at
 //    the host's GEMM rate. Without the widening's share a few rows looked cheaper on the GEMM
 //    whenever its rate came out above 2/3 of the GEMV's, and 4-row decode steps ran 2.8x slower.
 // Plain C++ (no sonde headers) so that the unit test can link it alone.

@@ -1,13 +1,15 @@
 // Linear y[M,N] = x[M,K] W[N,K]^T + b with W used in place (f32/f16/bf16) or as q8 blocks
 // (kernels.h: w = float(q) * s, x stays f32), all through the same kernels.
 // Work is split over blocks of W rows (and x row chunks when there are few blocks); K is never
-// split, and every output goes through the GEMV kernel, whose summation order depends on K alone,
-// so the result is bit-identical for any thread count, schedule, path and number of x rows.
+// split, and every output is summed in the GEMV kernel's order, which depends on K alone (the
+// packed GEMM of gemm_avx512.cpp sums in the same tree), so the result is bit-identical for any
+// thread count, schedule, path and number of x rows.
 #include "ops.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 
 #include <sonde/dtype.h>
 #include <vector>
@@ -76,45 +78,89 @@ void widen_rows(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1
   }
 }
 
-// One GEMM task: W rows [n0, n1) against x rows [m0, m1) by the GEMV kernel, W read once from
-// memory and widened to an f32 panel that stays in L2 while every group of x rows passes. The
-// kernel's summation order depends on K alone, so y is bit-identical to the GEMV path's.
-void gemm_task(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1, std::int64_t m0, std::int64_t m1,
-               std::vector<float>& panel) {
-  // 64-byte aligned: a vector load that straddles two cache lines costs two.
-  const std::size_t panel_floats = static_cast<std::size_t>((n1 - n0) * j.K + 15) / 16 * 16;
-  panel.resize(panel_floats + static_cast<std::size_t>(48 * kGemmPanelScratch) + 16);
-  float* p = panel.data() + (16 - reinterpret_cast<std::uintptr_t>(panel.data()) / 4 % 16) % 16;
-  widen_rows(k, j, n0, n1, p);
-  const float* x = j.x + m0 * j.K;
-  float* y = j.y + m0 * j.N + n0;
-  // The panel kernel adds the bias as it stores each sum: a pass of its own afterwards re-read the
-  // task's outputs, whose rows (j.N floats apart, 64 KB for an SAE's 16,384 features) share cache
-  // sets, from L3.
-  if (k.gemm_panel) {
-    k.gemm_panel(x, m1 - m0, j.K, p, n1 - n0, j.K, j.bias ? j.bias + n0 : nullptr, y, j.N, p + panel_floats);
-  } else {
-    k.gemv(x, m1 - m0, j.K, p, WType::f32, j.K, 0, n1 - n0, y, j.N);
-    add_bias(j, m0, m1, n0, n1);
+// A buffer per thread that grows and is kept (a worker's panels are the same size call after
+// call), never zero-filled: each call writes every element it reads. 64-byte aligned: a vector
+// load that straddles two cache lines costs two.
+struct Floats {
+  std::unique_ptr<float[]> mem;
+  std::size_t size = 0;
+  float* get(std::int64_t n) {
+    if (static_cast<std::size_t>(n) > size) {
+      mem.reset(new float[static_cast<std::size_t>(n) + 16]);
+      size = static_cast<std::size_t>(n);
+    }
+    return mem.get() + (16 - reinterpret_cast<std::uintptr_t>(mem.get()) / 4 % 16) % 16;
   }
+};
+thread_local Floats t_wide, t_packed, t_xpack;
+
+std::int64_t gemm_steps(std::int64_t K) { return (K + 31) / 32; }
+std::int64_t x_pack_floats(std::int64_t M, std::int64_t K) {
+  return (M + kGemmXRows - 1) / kGemmXRows * kGemmXRows * gemm_steps(K) * 32;
+}
+std::int64_t w_pack_floats(std::int64_t N, std::int64_t K) {
+  return (N + kGemmWRows - 1) / kGemmWRows * kGemmWRows * gemm_steps(K) * 32;
 }
 
-// Tasks are blocks of W rows, about kPanelBytes of f32 each (a multiple of the kernel's 4 row
-// streams), shrunk (halving, down to 4 rows) until there are about 4 tasks per thread; x rows are
-// split only when even that leaves a thread without a task (each row chunk re-widens its W rows).
+// One GEMM task without a packed kernel: W rows [n0, n1) widened to an f32 panel that stays in L2
+// while the GEMV kernel passes every group of x rows [m0, m1) over it.
+void gemm_task_gemv(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1, std::int64_t m0, std::int64_t m1) {
+  float* p = t_wide.get((n1 - n0) * j.K);
+  widen_rows(k, j, n0, n1, p);
+  k.gemv(j.x + m0 * j.K, m1 - m0, j.K, p, WType::f32, j.K, 0, n1 - n0, j.y + m0 * j.N + n0, j.N);
+  add_bias(j, m0, m1, n0, n1);
+}
+
+// One GEMM task on the packed kernel: W rows [n0, n1) packed, against x rows [m0, m1) of the call's x pack (m0 a multiple of kGemmXRows). The kernel
+// adds the bias as it stores each sum: a pass of its own afterwards re-read the task's outputs,
+// whose rows (j.N floats apart, 64 KB for an SAE's 16,384 features) share cache sets, from L3.
+void gemm_task_packed(const Kernels& k, const Job& j, const float* xp, std::int64_t n0, std::int64_t n1,
+                      std::int64_t m0, std::int64_t m1) {
+  // f32 and bf16 rows are packed straight from W; f16 and q8 are widened to f32 first.
+  const bool direct = j.wt == WType::f32 || j.wt == WType::bf16;
+  const void* rows = static_cast<const char*>(j.W) + n0 * j.K * (j.wt == WType::f32 ? 4 : 2);
+  if (!direct) {
+    float* wide = t_wide.get((n1 - n0) * j.K);
+    widen_rows(k, j, n0, n1, wide);
+    rows = wide;
+  }
+  const std::int64_t packed = w_pack_floats(n1 - n0, j.K);
+  float* wp = t_packed.get(packed + kGemmScratchFloats);
+  k.gemm_pack_w(rows, direct && j.wt == WType::bf16, n1 - n0, j.K, wp);
+  k.gemm_packed(xp + m0 / kGemmXRows * kGemmXRows * gemm_steps(j.K) * 32, m1 - m0, wp, n1 - n0, j.K,
+                j.bias ? j.bias + n0 : nullptr, j.y + m0 * j.N + n0, j.N, wp + packed);
+}
+
+// Tasks are blocks of W rows, about kPanelBytes of f32 each (a multiple of the packed kernel's
+// kGemmWRows, or of the GEMV's 4 row streams), shrunk (halving) until there are about 4 tasks per
+// thread; x rows are split only when even that leaves a thread without a task (each row chunk
+// re-packs its W rows). With the packed kernel, x is packed once per call, in parallel.
 void gemm(const Ctx& c, const Job& j) {
+  const bool packed = c.k.gemm_packed != nullptr;
+  const std::int64_t unit = packed ? kGemmWRows : 4, xunit = packed ? kGemmXRows : 1;
   const std::int64_t threads = c.pool.size(), want = 4 * threads;
-  std::int64_t nc = std::max<std::int64_t>(4, kPanelBytes / (4 * j.K) / 4 * 4);
-  while (nc > 4 && (j.N + nc - 1) / nc < want) nc = std::max<std::int64_t>(4, nc / 2 / 4 * 4);
+  std::int64_t nc = std::max<std::int64_t>(unit, kPanelBytes / (4 * j.K) / unit * unit);
+  while (nc > unit && (j.N + nc - 1) / nc < want) nc = std::max<std::int64_t>(unit, nc / 2 / unit * unit);
   const std::int64_t nblocks = (j.N + nc - 1) / nc;
   std::int64_t mchunks = std::clamp<std::int64_t>((threads + nblocks - 1) / nblocks, 1, j.M);
-  const std::int64_t mrows = (j.M + mchunks - 1) / mchunks;
+  const std::int64_t mrows = ((j.M + mchunks - 1) / mchunks + xunit - 1) / xunit * xunit;
   mchunks = (j.M + mrows - 1) / mrows;
-  std::vector<std::vector<float>> panels(static_cast<std::size_t>(c.pool.size()));
-  c.pool.run(nblocks * mchunks, [&](std::int64_t t, int worker) {
+  if (!packed) {
+    c.pool.run(nblocks * mchunks, [&](std::int64_t t, int) {
+      const std::int64_t nb = t / mchunks, mc = t % mchunks;
+      gemm_task_gemv(c.k, j, nb * nc, std::min(j.N, (nb + 1) * nc), mc * mrows, std::min(j.M, (mc + 1) * mrows));
+    });
+    return;
+  }
+  float* xp = t_xpack.get(x_pack_floats(j.M, j.K));
+  const std::int64_t xblocks = (j.M + kGemmXRows - 1) / kGemmXRows, per = (xblocks + want - 1) / want;
+  for_chunks(c.pool, xblocks, per, [&](std::int64_t b0, std::int64_t b1) {
+    const std::int64_t m0 = b0 * kGemmXRows, m1 = std::min(j.M, b1 * kGemmXRows);
+    c.k.gemm_pack_x(j.x + m0 * j.K, m1 - m0, j.K, j.K, xp + m0 * gemm_steps(j.K) * 32);
+  });
+  c.pool.run(nblocks * mchunks, [&](std::int64_t t, int) {
     const std::int64_t nb = t / mchunks, mc = t % mchunks;
-    gemm_task(c.k, j, nb * nc, std::min(j.N, (nb + 1) * nc), mc * mrows, std::min(j.M, (mc + 1) * mrows),
-              panels[static_cast<std::size_t>(worker)]);
+    gemm_task_packed(c.k, j, xp, nb * nc, std::min(j.N, (nb + 1) * nc), mc * mrows, std::min(j.M, (mc + 1) * mrows));
   });
 }
 
