@@ -42,7 +42,11 @@ mkdir -p "$out"
 bf16=$out/$name-bf16.gguf
 q8=$out/$name-q8_0.gguf
 
-if [[ ! -f $bf16 ]]; then locked "$py" "$here/llamacpp/gguf_convert_dlm.py" "$model" "$bf16"; fi
+if [[ ! -f $bf16 ]]; then
+  locked "$py" "$here/llamacpp/gguf_convert_dlm.py" --write "$model" "$bf16.part"
+  locked "$py" "$here/llamacpp/gguf_convert_dlm.py" --check "$model" "$bf16.part"
+  mv "$bf16.part" "$bf16"
+fi
 if [[ ! -f $q8 && " $configs " == *" llama-q8 "* ]]; then
   locked "$bin/llama-quantize" "$bf16" "$q8" Q8_0 "$threads" > "$out/quantize.log" 2>&1
 fi

@@ -27,6 +27,7 @@ Matrices are copied bit-exactly in their stored dtype (BF16 stays BF16, F32 F32;
 only reordered); vectors are widened exactly to F32.
 
 usage: gguf_convert_dlm.py MODEL_DIR OUT.gguf          write it, then --check it
+       gguf_convert_dlm.py --write MODEL_DIR OUT.gguf  write it only (the 7-8B shapes: check as a second command)
        gguf_convert_dlm.py --check MODEL_DIR OUT.gguf  read OUT.gguf back: every tensor byte for byte
                                                       against the safetensors (after the documented
                                                       reordering) and the metadata above; exit 1 if any differs
@@ -264,6 +265,8 @@ def main() -> None:
     args = sys.argv[1:]
     if args and args[0] == "--check" and len(args) == 3:
         sys.exit(0 if check(Path(args[1]), Path(args[2])) else 1)
+    if args and args[0] == "--write" and len(args) == 3:
+        return convert(Path(args[1]), Path(args[2]))
     if len(args) != 2:
         raise SystemExit(__doc__)
     convert(Path(args[0]), Path(args[1]))
