@@ -12,8 +12,9 @@
 #                    (two levels up) gives gguf-py
 #   OUT_DIR          GGUFs, results.jsonl, agreement.json (default /tmp/dlm-vs-llama/<model name>)
 # environment: TOKENS ("64 256"), ROUNDS (1), STEPS (5: llama.cpp steps per measurement), THREADS (2),
-#   CONFIGS (which rows, default all: llama-bf16 llama-q8 sonde-exact sonde-exact-bf16 sonde-exact-q8
-#   sonde-dual-thr sonde-dual-4 sonde-dual-4-q8), SONDE (build/bin/sonde), LOCK (/work/bench.lock),
+#   CONFIGS (which rows; default llama-bf16 llama-q8 sonde-exact sonde-exact-bf16 sonde-exact-q8
+#   sonde-dual-thr-bf16 sonde-dual-4-bf16 sonde-dual-4-q8; also sonde-dual-thr (f32 compute) and
+#   sonde-dual-thr-q8), SONDE (build/bin/sonde), LOCK (/work/bench.lock),
 #   AGREE (1), PROMPT.
 #   bench/diffusion_vs_llamacpp.sh --report RESULTS.jsonl   the tables of a finished run
 set -euo pipefail
@@ -31,7 +32,7 @@ tokens=${TOKENS:-64 256}
 rounds=${ROUNDS:-1}
 steps=${STEPS:-5}
 threads=${THREADS:-2}
-configs=${CONFIGS:-llama-bf16 llama-q8 sonde-exact sonde-exact-bf16 sonde-exact-q8 sonde-dual-thr sonde-dual-4 sonde-dual-4-q8}
+configs=${CONFIGS:-llama-bf16 llama-q8 sonde-exact sonde-exact-bf16 sonde-exact-q8 sonde-dual-thr-bf16 sonde-dual-4-bf16 sonde-dual-4-q8}
 prompt=${PROMPT:-The capital of France is}
 [[ -f $model/config.json ]] || { echo "diffusion_vs_llamacpp: $model/config.json: no such file" >&2; exit 2; }
 [[ -x $bin/llama-diffusion-cli ]] || { echo "diffusion_vs_llamacpp: $bin/llama-diffusion-cli: no such program" >&2; exit 2; }
@@ -68,8 +69,12 @@ for ((r = 1; r <= rounds; r++)); do
         sonde-exact) m sonde-step --label "sonde exact (bf16 weights, f32 compute)" --tokens "$g" ;;
         sonde-exact-bf16) m sonde-step --label "sonde exact (bf16 weights, bf16 compute)" --compute bf16 --tokens "$g" ;;
         sonde-exact-q8) m sonde-step --label "sonde exact (q8 weights, int8 compute)" --weights q8 --compute int8 --tokens "$g" ;;
-        sonde-dual-thr) m sonde-gen --label "sonde dual cache + threshold 0.9" --tokens "$g" ;;
-        sonde-dual-4) m sonde-gen --label "sonde dual cache, 4 slots/step" --per-step 4 --tokens "$g" ;;
+        sonde-dual-thr) m sonde-gen --label "sonde dual cache + threshold 0.9 (f32 compute)" --tokens "$g" ;;
+        sonde-dual-thr-bf16) m sonde-gen --label "sonde dual cache + threshold 0.9 (bf16 compute)" --compute bf16 --tokens "$g" ;;
+        sonde-dual-thr-q8) m sonde-gen --label "sonde dual cache + threshold 0.9 (q8, int8)" --weights q8 --compute int8 \
+                             --tokens "$g" ;;
+        sonde-dual-4-bf16) m sonde-gen --label "sonde dual cache, 4 slots/step (bf16 compute)" --per-step 4 --compute bf16 \
+                             --tokens "$g" ;;
         sonde-dual-4-q8) m sonde-gen --label "sonde dual cache, 4 slots/step (q8, int8)" --per-step 4 --weights q8 \
                            --compute int8 --tokens "$g" ;;
         *) echo "diffusion_vs_llamacpp: unknown config '$c'" >&2; exit 2 ;;
