@@ -156,6 +156,7 @@ def report(path: Path) -> None:
         by.setdefault((r["label"], r["tokens"]), []).append(r)
     lengths = sorted({r["tokens"] for r in rows})
     labels = list(dict.fromkeys(r["label"] for r in rows))
+    labels.sort(key=lambda l: not l.startswith("llama"))  # the peers first, then sonde's rows as first measured
     peer = {g: [l for l in labels if l.startswith("llama") and (l, g) in by] for g in lengths}
     for g in lengths:
         print(f"\n{g} new tokens (canvas {by[next(k for k in by if k[1] == g)][0]['canvas']}):\n")
