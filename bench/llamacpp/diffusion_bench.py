@@ -81,12 +81,11 @@ def measure_llama(a, ids: list[int]) -> dict:
     if proc.returncode != 0 or not m:
         raise SystemExit(f"diffusion_bench: llama-diffusion-cli failed (exit {proc.returncode}):\n"
                          f"{buf[-2000:].decode(errors='replace')}")
-    prompt_tokens = re.search(rb"n_input\D*(\d+)", buf)
     steps = [stamps[i + 1] - stamps[i] for i in range(a.steps) if i in stamps and i + 1 in stamps]
     per_step = statistics.median(steps[1:]) if len(steps) > 1 else float(m.group(2)) / 1e3
     return {"step_seconds": per_step, "step_seconds_all": steps, "own_ms_per_step": float(m.group(2)),
             "own_total_ms": float(m.group(1)), "forwards": a.steps, "canvas": canvas,
-            "cmd": " ".join(str(c) for c in cmd), "prompt_tokens_seen": prompt_tokens and int(prompt_tokens.group(1))}
+            "cmd": " ".join(str(c) for c in cmd)}
 
 
 def measure_sonde_step(a, ids: list[int]) -> dict:
