@@ -177,7 +177,7 @@ def report(path: Path) -> None:
             ratios = "".join(f" {tps[l] / tps[p]:.2f}x |" if p in tps else " |" for p in peer[g])
             print(f"| {l} | {len(rs)} | {step:.3f} | {fwd} | {g / fwd:.2f} | {total:.1f} | {g / total:.3f} |{ratios}")
         loads = [r["load_before"].split()[0] for rs in by.values() for r in rs if r["tokens"] == g]
-        print(f"\nload average (1 min) before each measurement: {min(loads)} to {max(loads)}")
+        print(f"\nload average (1 min) before each measurement: {min(loads, key=float)} to {max(loads, key=float)}")
 
 
 def main() -> None:
