@@ -38,6 +38,9 @@ struct LowpKernels {
   // rows too, and n0 is a multiple of 32.
   std::int64_t (*bf16_packed_elems)(std::int64_t N, std::int64_t K) = nullptr;
   void (*pack_bf16)(const std::uint16_t* W, std::int64_t N, std::int64_t K, std::uint16_t* out) = nullptr;
+  // Non-null: out[i] = compute_bf16_bits(x[i]) for i < n (<sonde/compute.h>'s rounding, bit for
+  // bit), the x rows' rounding of every bf16 call; null: ops_lowp.cpp's scalar loop.
+  void (*round_bf16)(const float* x, std::int64_t n, std::uint16_t* out) = nullptr;
 };
 
 // The tables (null entries: a mode that ISA does not speed up).

@@ -48,7 +48,7 @@ void gemm_i8_avx512(const std::int8_t* xq, const float* xs, i64 M, i64 ldq, i64 
 }  // namespace
 
 const LowpKernels& lowp_avx512() {
-  static const LowpKernels k{"avx512", gemm_bf16_avx512, gemm_i8_avx512, nullptr, nullptr};
+  static const LowpKernels k{"avx512", gemm_bf16_avx512, gemm_i8_avx512, nullptr, nullptr, lowp_round_bf16};
   return k;
 }
 

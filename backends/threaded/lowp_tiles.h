@@ -27,6 +27,25 @@ inline i64 lowp_l1_bytes() {
   return bytes;
 }
 
+// compute_bf16_bits (<sonde/compute.h>) 16 floats at a time: a zero or subnormal becomes a zero
+// of its sign, a NaN keeps its top bits with the quiet bit set, the rest round to nearest, ties
+// to even. A 16-row decode step rounds ~4M floats (24 layers' x rows of 7 Linears and the LM
+// head's), 1-2% of the step with the scalar loop (bench/README.md, issue 27/28 decode step).
+inline void lowp_round_bf16(const float* x, i64 n, std::uint16_t* out) {
+  const __m512i exp = _mm512_set1_epi32(0x7f800000), sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff), half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+  for (i64 i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    __m512i v = _mm512_maskz_loadu_epi32(m, x + i);
+    v = _mm512_mask_and_epi32(v, _mm512_testn_epi32_mask(v, exp), v, sign);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, abs), exp);
+    const __m512i top = _mm512_srli_epi32(v, 16);
+    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(v, _mm512_add_epi32(half, _mm512_and_si512(top, one))), 16);
+    const __m512i q = _mm512_mask_or_epi32(r, nan, top, _mm512_set1_epi32(0x40));
+    _mm256_mask_storeu_epi16(out + i, m, _mm512_cvtepi32_epi16(q));
+  }
+}
+
 // The 16 lanes summed in lowp.h's tree order: (i, i+8), then (i, i+4), (i, i+2), the last two.
 inline float lowp_reduce16(__m512 a) {
   const __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));

@@ -65,9 +65,14 @@ void linear_lowp(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& 
     const std::int64_t ldx = (d.K + 31) / 32 * 32, rows = c.lowp->pack_bf16 ? (d.M + 15) / 16 * 16 : d.M;
     s.bf16.assign(static_cast<std::size_t>(rows * ldx), 0);
     for_chunks(c.pool, d.M, 8, [&](std::int64_t m0, std::int64_t m1) {
-      for (std::int64_t m = m0; m < m1; ++m)
-        for (std::int64_t k = 0; k < d.K; ++k)
-          s.bf16[static_cast<std::size_t>(m * ldx + k)] = compute_bf16_bits(x[m * d.K + k]);
+      for (std::int64_t m = m0; m < m1; ++m) {
+        std::uint16_t* row = s.bf16.data() + m * ldx;
+        if (c.lowp->round_bf16) {
+          c.lowp->round_bf16(x + m * d.K, d.K, row);
+          continue;
+        }
+        for (std::int64_t k = 0; k < d.K; ++k) row[k] = compute_bf16_bits(x[m * d.K + k]);
+      }
     });
     for_w_rows(c.pool, d.N, c.lowp->pack_bf16 != nullptr, [&](std::int64_t n0, std::int64_t n1) {
       c.lowp->gemm_bf16(s.bf16.data(), d.M, ldx, wb, d.K, n0, n1, y, d.N);
