@@ -97,6 +97,26 @@ def written(name: str, cfg: dict) -> bool:
     return not (name == "lm_head.weight" and cfg.get("tie_word_embeddings"))
 
 
+def token_table(gguf, tok: dict, n_vocab: int) -> tuple[list[str], list]:
+    """Token strings and GGUF token types for ids 0..n_vocab-1 from a tokenizer.json: added tokens
+    (special ones as CONTROL), the BPE vocabulary, and "[PADi]" (UNUSED) for the embedding rows
+    past the tokenizer's ids."""
+    by_id = {i: t for t, i in tok["model"]["vocab"].items()}
+    added = {a["id"]: a for a in tok.get("added_tokens", [])}
+    names, kinds = [], []
+    for i in range(n_vocab):
+        if i in added:
+            names.append(added[i]["content"])
+            kinds.append(gguf.TokenType.CONTROL if added[i].get("special") else gguf.TokenType.USER_DEFINED)
+        elif i in by_id:
+            names.append(by_id[i])
+            kinds.append(gguf.TokenType.NORMAL)
+        else:
+            names.append(f"[PAD{i}]")
+            kinds.append(gguf.TokenType.UNUSED)
+    return names, kinds
+
+
 def convert(src: Path, out: Path) -> None:
     gguf = import_gguf()
     cfg = json.loads((src / "config.json").read_text())
@@ -121,19 +141,7 @@ def convert(src: Path, out: Path) -> None:
     w.add_file_type(file_type)
 
     tok = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
-    by_id = {i: t for t, i in tok["model"]["vocab"].items()}
-    added = {a["id"]: a for a in tok.get("added_tokens", [])}
-    names, kinds = [], []
-    for i in range(n_vocab):
-        if i in added:
-            names.append(added[i]["content"])
-            kinds.append(gguf.TokenType.CONTROL if added[i].get("special") else gguf.TokenType.USER_DEFINED)
-        elif i in by_id:
-            names.append(by_id[i])
-            kinds.append(gguf.TokenType.NORMAL)
-        else:
-            names.append(f"[PAD{i}]")
-            kinds.append(gguf.TokenType.UNUSED)
+    names, kinds = token_table(gguf, tok, n_vocab)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(names)

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gguf_convert import import_gguf, read_safetensors, widen  # noqa: E402
+from gguf_convert import import_gguf, read_safetensors, token_table, widen  # noqa: E402
 
 # The split regex of Qwen2's tokenizer.json (and of sonde's synthetic tokenizers): llama.cpp's
 # pre-tokenizer "qwen2" implements exactly this one.
@@ -136,19 +136,7 @@ def check_tokenizer(src: Path, tok: dict) -> None:
 def write_vocab(gguf, w, src: Path, n_vocab: int, mask: int) -> int:
     tok = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
     check_tokenizer(src, tok)
-    by_id = {i: t for t, i in tok["model"]["vocab"].items()}
-    added = {a["id"]: a for a in tok.get("added_tokens", [])}
-    names, kinds = [], []
-    for i in range(n_vocab):
-        if i in added:
-            names.append(added[i]["content"])
-            kinds.append(gguf.TokenType.CONTROL if added[i].get("special") else gguf.TokenType.USER_DEFINED)
-        elif i in by_id:
-            names.append(by_id[i])
-            kinds.append(gguf.TokenType.NORMAL)
-        else:
-            names.append(f"[PAD{i}]")
-            kinds.append(gguf.TokenType.UNUSED)
+    names, kinds = token_table(gguf, tok, n_vocab)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(names)

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A cheap check of bench/diffusion_vs_llamacpp.sh's parts that need neither llama.cpp nor a model
-(seconds; run by hand: `/usr/bin/python3 bench/llamacpp/selftest_dlm.py`, exit 0 when all hold):
+(seconds; ctest runs it as bench_diffusion_vs_llamacpp_selftest; exit 0 when all hold):
 - gguf_convert_dlm.py's LLaDA q/k row order: rotate-half RoPE (Hugging Face, LLaDA's modeling) on
   the checkpoint's rows and adjacent-pair RoPE (llama.cpp's NORM, written out here from its
   definition) on the reordered rows give the same attention scores; without the reordering they

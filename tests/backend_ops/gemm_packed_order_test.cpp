@@ -5,6 +5,7 @@
 // The order is written out here from the header of gemv_avx512.cpp, not taken from either kernel:
 // 32 lane chains of fused multiply-adds from +0 over k = 32 s + j (s ascending, 0 * 0 past K),
 // the halves added (j, j + 16), then (j, j + 8), (j, j + 4), (j, j + 2), (j, j + 1).
+#include "linear_order_ref.h"
 #include "op_harness.h"
 
 #include <gtest/gtest.h>
@@ -16,26 +17,6 @@
 
 namespace sonde::test {
 namespace {
-
-float packed_gemm_documented_dot(const float* x, const float* w, std::int64_t K) {
-  float a[32] = {};
-  for (std::int64_t s = 0; s * 32 < K; ++s)
-    for (int j = 0; j < 32; ++j) {
-      const std::int64_t k = s * 32 + j;
-      a[j] = std::fmaf(k < K ? w[k] : 0.0f, k < K ? x[k] : 0.0f, a[j]);
-    }
-  float c[16];
-  for (int j = 0; j < 16; ++j) c[j] = a[j] + a[j + 16];
-  for (int half = 8; half >= 1; half /= 2)
-    for (int j = 0; j < half; ++j) c[j] = c[j] + c[j + half];
-  return c[0];
-}
-
-struct PackedGemmEnv {
-  std::string name;
-  PackedGemmEnv(std::string n, const std::string& v) : name(std::move(n)) { setenv(name.c_str(), v.c_str(), 1); }
-  ~PackedGemmEnv() { unsetenv(name.c_str()); }
-};
 
 std::shared_ptr<Backend> packed_gemm_backend(int threads) {
   auto b = registry().backend("threaded");
@@ -50,7 +31,7 @@ void expect_documented(const std::vector<float>& got, const std::vector<float>& 
                        const std::string& what) {
   for (std::int64_t m = 0; m < M; ++m)
     for (std::int64_t n = 0; n < N; ++n) {
-      float want = packed_gemm_documented_dot(x.data() + m * K, w.data() + n * K, K);
+      float want = linear_documented_dot(x.data() + m * K, w.data() + n * K, K);
       if (bias) want = want + (*bias)[std::size_t(n)];
       const float g = got[std::size_t(m * N + n)];
       ASSERT_EQ(std::memcmp(&g, &want, 4), 0) << what << " " << M << "x" << K << "x" << N << " at (" << m << ", " << n
@@ -60,8 +41,8 @@ void expect_documented(const std::vector<float>& got, const std::vector<float>& 
 
 // Forced GEMM, 1 and 2 threads, with and without a bias, over the blocking's edges.
 TEST(LinearPackedGemm, OutputsAreTheDocumentedSumAtEveryEdge) {
-  PackedGemmEnv isa("SONDE_THREADED_ISA", "avx512");
-  PackedGemmEnv linear("SONDE_THREADED_LINEAR", "gemm");
+  LinearEnvScope isa("SONDE_THREADED_ISA", "avx512");
+  LinearEnvScope linear("SONDE_THREADED_LINEAR", "gemm");
   for (const int threads : {1, 2}) {
     std::shared_ptr<Backend> b;
     try {
@@ -89,8 +70,8 @@ TEST(LinearPackedGemm, OutputsAreTheDocumentedSumAtEveryEdge) {
 // into +0, and so must the packed kernel's zero padding (skipping the padded step would keep -0).
 // Also infinities and NaN pass through the same chains.
 TEST(LinearPackedGemm, SignedZeroAndNonFiniteFollowTheDocumentedSum) {
-  PackedGemmEnv isa("SONDE_THREADED_ISA", "avx512");
-  PackedGemmEnv linear("SONDE_THREADED_LINEAR", "gemm");
+  LinearEnvScope isa("SONDE_THREADED_ISA", "avx512");
+  LinearEnvScope linear("SONDE_THREADED_LINEAR", "gemm");
   std::shared_ptr<Backend> b;
   try {
     b = packed_gemm_backend(2);

@@ -6,6 +6,7 @@
 // j + 4, j + 2, j + 1 (the order of _mm512_reduce_add_ps). The batch-invariance sweeps compare
 // the paths with each other; this test compares them with the order itself, so a kernel that
 // changed every path's order alike (issue 28's faster reductions) would fail here.
+#include "linear_order_ref.h"
 #include "op_harness.h"
 
 #include <gtest/gtest.h>
@@ -17,35 +18,15 @@
 namespace sonde::test {
 namespace {
 
-float documented_dot(const float* x, const float* w, std::int64_t K) {
-  float a[32] = {};
-  for (std::int64_t s = 0; s * 32 < K; ++s)
-    for (int j = 0; j < 32; ++j) {
-      const std::int64_t k = s * 32 + j;
-      a[j] = std::fmaf(k < K ? w[k] : 0.0f, k < K ? x[k] : 0.0f, a[j]);
-    }
-  float c[16];
-  for (int j = 0; j < 16; ++j) c[j] = a[j] + a[j + 16];
-  for (int half = 8; half >= 1; half /= 2)
-    for (int j = 0; j < half; ++j) c[j] = c[j] + c[j + half];
-  return c[0];
-}
-
-struct EnvScope {
-  std::string name;
-  EnvScope(std::string n, const std::string& v) : name(std::move(n)) { setenv(name.c_str(), v.c_str(), 1); }
-  ~EnvScope() { unsetenv(name.c_str()); }
-};
-
 // bf16 and f32 weights, forced GEMV and GEMM, 1 and 2 threads; K with and without a tail step,
 // N not a multiple of the tiles' 4 or 6 rows, M below, at and above the tiles' row counts.
 TEST(LinearOrder, Avx512OutputsAreTheDocumentedSumBitForBit) {
-  EnvScope isa("SONDE_THREADED_ISA", "avx512");
+  LinearEnvScope isa("SONDE_THREADED_ISA", "avx512");
   std::size_t checked = 0;
   for (const DType wt : {DType::bf16, DType::f32})
     for (const std::string mode : {"gemv", "gemm"})
       for (const int threads : {1, 2}) {
-        EnvScope linear("SONDE_THREADED_LINEAR", mode);
+        LinearEnvScope linear("SONDE_THREADED_LINEAR", mode);
         auto b = registry().backend("threaded");
         BackendOptions o;
         o.threads = threads;
@@ -60,7 +41,7 @@ TEST(LinearOrder, Avx512OutputsAreTheDocumentedSumBitForBit) {
           const auto got = values(run_on(*b, make_node(OpKind::Linear, Shape{M, N}), args));
           for (std::int64_t m = 0; m < M; ++m)
             for (std::int64_t n = 0; n < N; ++n, ++checked) {
-              const float want = documented_dot(x.data() + m * K, w.data() + n * K, K);
+              const float want = linear_documented_dot(x.data() + m * K, w.data() + n * K, K);
               const float g = got[std::size_t(m * N + n)];
               ASSERT_EQ(std::memcmp(&g, &want, 4), 0) << dtype_name(wt) << " " << mode << " " << threads << " threads, "
                                                       << M << "x" << K << "x" << N << " at (" << m << ", " << n << "): "
