@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gguf_convert import import_gguf, read_safetensors, token_table, widen  # noqa: E402
+from gguf_convert import LAYER_NAMES, TOP_NAMES, import_gguf, read_safetensors, token_table, widen  # noqa: E402
 
 # The split regex of Qwen2's tokenizer.json (and of sonde's synthetic tokenizers): llama.cpp's
 # pre-tokenizer "qwen2" implements exactly this one.
@@ -49,19 +49,9 @@ QWEN2_SPLIT = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N
                "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
 PASS_THROUGH_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
-DREAM_LAYER = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.weight": "attn_k.weight", "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.v_proj.bias": "attn_v.bias",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-DREAM_TOP = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
+# Dream is Qwen2 with bidirectional attention: the Qwen2 converter's names.
+DREAM_LAYER = LAYER_NAMES
+DREAM_TOP = TOP_NAMES
 # LLaDA (OLMo names): x + ff_out(silu(ff_proj(h)) * up_proj(h)), so ff_proj is the gate.
 LLADA_LAYER = {
     "attn_norm.weight": "attn_norm.weight", "ff_norm.weight": "ffn_norm.weight",
