@@ -204,19 +204,6 @@ template <WType T> void gemv_t(const float* x, i64 M, i64 ldx, const void* W, i6
 
 }  // namespace
 
-// 16 elements a step: zero-extended to 32 bits and shifted up, as load_w widens them.
-void widen_bf16_avx512(const std::uint16_t* h, i64 n, float* out) {
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i));
-    _mm512_storeu_si512(out + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
-  }
-  if (i < n) {
-    const __mmask16 m = lanes(n - i);
-    _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, h + i)), 16)));
-  }
-}
-
 void gemv_avx512(const float* x, i64 M, i64 ldx, const void* W, WType wt, i64 K, i64 n0, i64 n1, float* y, i64 ldy) {
   switch (wt) {
     case WType::f32: return gemv_t<WType::f32>(x, M, ldx, W, K, n0, n1, y, ldy);

@@ -50,10 +50,6 @@ struct Kernels {
   void (*scale)(float a, float* y, std::int64_t n);                 // y *= a
   void (*silu_mul)(const float* g, const float* u, float* y, std::int64_t n);  // y = g / (1 + e^-g) * u
   void (*add)(const float* a, const float* b, float* y, std::int64_t n);
-  // out[i] = the f32 of bf16 h[i] for i < n (exact: bf16 is the top half of an f32). The GEMM
-  // path widens every W element once per task; in plain C++ that cost about as much as 64 rows'
-  // FMAs on it (bench/README.md, issue 28). Null: the plain loop.
-  void (*widen_bf16)(const std::uint16_t* h, std::int64_t n, float* out);
 };
 
 // The packed GEMM's tile: x rows per block, W rows per block (3 vectors), and its scratch (the
@@ -72,7 +68,6 @@ void gemm_pack_w_avx512(const void* W, bool bf16, std::int64_t N, std::int64_t K
 void gemm_packed_avx512(const float* xp, std::int64_t M, const float* wp, std::int64_t N, std::int64_t K,
                         const float* bias, float* y, std::int64_t ldy, float* scratch);
 
-void widen_bf16_avx512(const std::uint16_t* h, std::int64_t n, float* out);
 
 const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();

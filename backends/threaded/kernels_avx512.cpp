@@ -168,7 +168,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx512() {
-  static const Kernels k{"avx512", gemv_avx512, gemm_pack_x_avx512, gemm_pack_w_avx512, gemm_packed_avx512, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add, widen_bf16_avx512};
+  static const Kernels k{"avx512", gemv_avx512, gemm_pack_x_avx512, gemm_pack_w_avx512, gemm_packed_avx512, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
   return k;
 }
 

@@ -66,9 +66,7 @@ void widen_rows(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1
     return;
   }
   const auto* h = static_cast<const std::uint16_t*>(j.W) + n0 * j.K;
-  if (j.wt == WType::bf16 && k.widen_bf16) {
-    k.widen_bf16(h, count, out);
-  } else if (j.wt == WType::bf16) {
+  if (j.wt == WType::bf16) {
     for (std::int64_t i = 0; i < count; ++i) {
       const std::uint32_t bits = static_cast<std::uint32_t>(h[i]) << 16;
       std::memcpy(out + i, &bits, 4);
