@@ -29,6 +29,7 @@ LinearPath choose_linear(std::int64_t M, std::int64_t K, std::int64_t N, double 
 
 bool parse_linear_mode(std::string_view s, LinearMode& mode) {
   if (s.empty() || s == "auto") mode = LinearMode::automatic;
+  else if (s == "model") mode = LinearMode::model;
   else if (s == "gemv") mode = LinearMode::gemv;
   else if (s == "gemm") mode = LinearMode::gemm;
   else return false;

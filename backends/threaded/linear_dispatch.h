@@ -18,7 +18,9 @@
 namespace sonde::threaded {
 
 enum class LinearPath { gemv, gemm };
-enum class LinearMode { automatic, gemv, gemm };  // SONDE_THREADED_LINEAR=auto|gemv|gemm
+// SONDE_THREADED_LINEAR=auto|model|gemv|gemm: auto is the model's prediction corrected by timing the
+// calls (linear_tuner.h), model the prediction alone (to compare the two in one build).
+enum class LinearMode { automatic, model, gemv, gemm };
 
 // Measured once per process and pool size, all over the whole pool: a streaming read's bytes/s,
 // the GEMM path's flop/s and its time per weight (the slope and intercept of two runs at
@@ -42,7 +44,7 @@ double gemm_seconds(std::int64_t M, std::int64_t K, std::int64_t N, double w_byt
 LinearPath choose_linear(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, const HostRates& r,
                          LinearMode mode);
 
-// "", "auto", "gemv", "gemm"; anything else gives false.
+// "", "auto", "model", "gemv", "gemm"; anything else gives false.
 bool parse_linear_mode(std::string_view s, LinearMode& mode);
 
 }  // namespace sonde::threaded

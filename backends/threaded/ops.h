@@ -6,6 +6,7 @@
 #include "kernels.h"
 #include "lowp.h"
 #include "linear_dispatch.h"
+#include "linear_tuner.h"
 #include <sonde/op_checks.h>
 #include "q8.h"
 #include "thread_pool.h"
@@ -18,6 +19,7 @@ struct Ctx {
   LinearMode linear_mode = LinearMode::automatic;
   HostRates rates{};  // unknown (zero): every native Linear takes the GEMV path
   const LowpKernels* lowp = nullptr;  // --compute bf16/int8: the mode's kernels (ops_lowp.h); f32: null
+  LinearTuner* tuner = nullptr;       // the automatic dispatch's timings (linear_tuner.h); null: the model alone
 };
 
 // Runs fn(lo, hi) over [0, n) in chunks of `chunk` on the pool.
@@ -28,7 +30,8 @@ template <typename Fn> void for_chunks(ThreadPool& pool, std::int64_t n, std::in
 
 void embedding(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
 void rms_norm(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out);
-// The path (linear_dispatch.h) of a Linear, M x K x N, W of dtype wt or its q8 copy.
+// The path (linear_dispatch.h, linear_tuner.h) the next Linear of this shape takes, M x K x N, W of
+// dtype wt or its q8 copy.
 LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt, bool q8);
 // Times the GEMM path on a synthetic in-cache problem with this pool at two row counts: sets
 // HostRates' gemm_flops_per_s and gemm_fixed_s_per_weight.

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include <sonde/dtype.h>
+#include <spdlog/spdlog.h>
 #include <vector>
 
 namespace sonde::threaded {
@@ -223,12 +224,23 @@ void gemvs(const Ctx& c, const std::vector<Job>& jobs) {
 
 }  // namespace
 
-// A q8 Linear reads 1.125 bytes per weight and runs the GEMV at the q8 rate.
-LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt, bool q8) {
-  if (!q8) return choose_linear(M, K, N, wt == DType::f32 ? 4.0 : 2.0, c.rates, c.linear_mode);
+namespace {
+double weight_bytes(DType wt, bool q8) { return q8 ? kQ8BytesPerWeight : wt == DType::f32 ? 4.0 : 2.0; }
+
+// The cost model's path, then the tuner's (when the dispatch is automatic). A q8 Linear reads
+// 1.125 bytes per weight and runs the GEMV at the q8 rate.
+LinearTuner::Pick linear_pick(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt, bool q8) {
   HostRates r = c.rates;
-  r.gemv_flops_per_s = r.gemv_q8_flops_per_s;
-  return choose_linear(M, K, N, kQ8BytesPerWeight, r, c.linear_mode);
+  if (q8) r.gemv_flops_per_s = r.gemv_q8_flops_per_s;
+  const double wb = weight_bytes(wt, q8);
+  const LinearPath predicted = choose_linear(M, K, N, wb, r, c.linear_mode);
+  if (!c.tuner || c.linear_mode != LinearMode::automatic) return {predicted, false};
+  return c.tuner->pick(M, K, N, wb, predicted);
+}
+}  // namespace
+
+LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N, DType wt, bool q8) {
+  return linear_pick(c, M, K, N, wt, q8).path;
 }
 
 namespace {
@@ -302,10 +314,20 @@ void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, 
   if (d.K == 0) {
     std::memset(j.y, 0, static_cast<std::size_t>(d.M * d.N) * sizeof(float));
     add_bias(j, 0, d.M, 0, d.N);
-  } else if (linear_path(c, d.M, d.K, d.N, in[1].dtype, q8 != nullptr) == LinearPath::gemv) {
-    gemv(c, j);
-  } else {
-    gemm(c, j);
+    return;
+  }
+  const LinearTuner::Pick p = linear_pick(c, d.M, d.K, d.N, in[1].dtype, q8 != nullptr);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (p.path == LinearPath::gemv) gemv(c, j);
+  else gemm(c, j);
+  if (!p.timed) return;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wb = weight_bytes(in[1].dtype, q8 != nullptr);
+  if (c.tuner->record(d.M, d.K, d.N, wb, p.path, s)) {
+    const auto [gemv_s, gemm_s] = c.tuner->best(d.M, d.K, d.N, wb);
+    spdlog::debug("backend threaded: Linear {} x {} x {} (rows class {}): gemv {:.3f} ms, gemm {:.3f} ms, best of {}: {}",
+                  d.M, d.K, d.N, LinearTuner::row_class(d.M), gemv_s * 1e3, gemm_s * 1e3, LinearTuner::kTrials,
+                  gemm_s < gemv_s ? "gemm" : "gemv");
   }
 }
 
@@ -315,8 +337,9 @@ void linear_siblings(const Ctx& c, std::span<const Node* const> nodes, std::span
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     ops::LinearDims d;
     const Job j = linear_job(*nodes[i], in[i], outs[i], q8[i], d);
-    if (d.K == 0 || d.M == 0 || d.N == 0 ||
-        linear_path(c, d.M, d.K, d.N, in[i][1].dtype, q8[i] != nullptr) == LinearPath::gemm)
+    // A Linear whose time the tuner wants runs alone, timed.
+    const LinearTuner::Pick p = linear_pick(c, d.M, d.K, d.N, in[i][1].dtype, q8[i] != nullptr);
+    if (d.K == 0 || d.M == 0 || d.N == 0 || p.path == LinearPath::gemm || p.timed)
       linear(c, *nodes[i], in[i], outs[i], q8[i]);
     else
       jobs.push_back(j);

@@ -146,8 +146,9 @@ void ThreadedBackend::init(const BackendOptions& options) {
   if (lowp_ != before) rounded_.clear();
   const std::string mode = env("SONDE_THREADED_LINEAR");
   if (!parse_linear_mode(mode, linear_mode_))
-    runtime_error("backend threaded: SONDE_THREADED_LINEAR='{}' is not one of auto, gemv, gemm", mode);
-  rates_ = linear_mode_ == LinearMode::automatic ? measure_rates(*pool_, *kernels_) : HostRates{};
+    runtime_error("backend threaded: SONDE_THREADED_LINEAR='{}' is not one of auto, model, gemv, gemm", mode);
+  rates_ = linear_mode_ == LinearMode::automatic || linear_mode_ == LinearMode::model ? measure_rates(*pool_, *kernels_) : HostRates{};
+  tuner_ = std::make_unique<LinearTuner>();
   spdlog::debug("backend threaded: ISA {}, {} threads, weights {}, compute {}{}", kernels_->name, threads, options.weights,
                 options.compute, lowp_ ? fmt::format(" ({} kernels)", lowp_->name) : std::string());
 }

@@ -44,7 +44,7 @@ class ThreadedBackend final : public Backend {
   Bytes streamed_bytes(const TensorView& w) const;
   void learn_linear(const TensorView& w);
   void prefetch_next(bool start, const TensorView& after);
-  Ctx ctx() const { return Ctx{*pool_, *kernels_, linear_mode_, rates_, lowp_}; }
+  Ctx ctx() const { return Ctx{*pool_, *kernels_, linear_mode_, rates_, lowp_, tuner_.get()}; }
   // --compute bf16/int8: the weight as the mode's kernels read it (bf16 rows or the q8 copy).
   LowpWeight lowp_weight(const Node& node, const TensorView& w) const;
 
@@ -55,6 +55,7 @@ class ThreadedBackend final : public Backend {
   const LowpKernels* lowp_ = nullptr;  // the mode's kernels (lowp_select.h); f32: null
   LinearMode linear_mode_ = LinearMode::automatic;
   HostRates rates_{};  // for the automatic Linear dispatch
+  std::unique_ptr<LinearTuner> tuner_;  // its timings: new with every init (pool size, ISA)
   // What weight() returns and Weight nodes resolve to: always the source view, never a copy.
   std::map<std::string, TensorView> weights_;
   // q8 mode: quantised 2-D weights, found by their source view's data pointer when a Linear runs.

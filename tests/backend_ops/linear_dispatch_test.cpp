@@ -80,6 +80,11 @@ TEST(LinearDispatch, ModeNames) {
   EXPECT_EQ(m, LinearMode::gemm);
   EXPECT_TRUE(parse_linear_mode("auto", m));
   EXPECT_EQ(m, LinearMode::automatic);
+  EXPECT_TRUE(parse_linear_mode("model", m));
+  EXPECT_EQ(m, LinearMode::model);
+  // model is the prediction alone: the automatic choices of the tests above.
+  EXPECT_EQ(choose_linear(4, 896, 4864, 2, kHost, LinearMode::model), LinearPath::gemm);
+  EXPECT_EQ(choose_linear(3, 896, 4864, 2, kHost, LinearMode::model), LinearPath::gemv);
   EXPECT_FALSE(parse_linear_mode("GEMM", m));
   EXPECT_FALSE(parse_linear_mode("blas", m));
 }
