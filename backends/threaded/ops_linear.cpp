@@ -59,7 +59,7 @@ void widen_q8_rows(const Job& j, std::int64_t n0, std::int64_t n1, float* out) {
 // The W rows of a GEMM task as f32 in a panel of their own (bf16 is the top half of an f32:
 // exact). f32 rows are copied too: the kernel reads W with non-temporal prefetches, which do not
 // keep the rows in L2 for the next group of x rows; the panel is already there.
-void widen_rows(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1, float* out) {
+void widen_rows(const Job& j, std::int64_t n0, std::int64_t n1, float* out) {
   if (j.wt == WType::q8) return widen_q8_rows(j, n0, n1, out);
   const std::int64_t count = (n1 - n0) * j.K;
   if (j.wt == WType::f32) {
@@ -105,7 +105,7 @@ std::int64_t w_pack_floats(std::int64_t N, std::int64_t K) {
 // while the GEMV kernel passes every group of x rows [m0, m1) over it.
 void gemm_task_gemv(const Kernels& k, const Job& j, std::int64_t n0, std::int64_t n1, std::int64_t m0, std::int64_t m1) {
   float* p = t_wide.get((n1 - n0) * j.K);
-  widen_rows(k, j, n0, n1, p);
+  widen_rows(j, n0, n1, p);
   k.gemv(j.x + m0 * j.K, m1 - m0, j.K, p, WType::f32, j.K, 0, n1 - n0, j.y + m0 * j.N + n0, j.N);
   add_bias(j, m0, m1, n0, n1);
 }
@@ -120,7 +120,7 @@ void gemm_task_packed(const Kernels& k, const Job& j, const float* xp, std::int6
   const void* rows = static_cast<const char*>(j.W) + n0 * j.K * (j.wt == WType::f32 ? 4 : 2);
   if (!direct) {
     float* wide = t_wide.get((n1 - n0) * j.K);
-    widen_rows(k, j, n0, n1, wide);
+    widen_rows(j, n0, n1, wide);
     rows = wide;
   }
   const std::int64_t packed = w_pack_floats(n1 - n0, j.K);
