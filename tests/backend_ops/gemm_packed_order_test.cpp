@@ -51,9 +51,10 @@ TEST(LinearPackedGemm, OutputsAreTheDocumentedSumAtEveryEdge) {
       GTEST_SKIP() << "AVX-512 not available on this CPU: " << e.what();
     }
     // M: one row, a whole block, a block and one, over one chunk of 8 blocks; N: 16- and 32-row
-    // edges of a 48-row block, several blocks; K: one step, a tail of 1, a tail of 31, 32 steps.
+    // edges of a 48-row block, several blocks; K: one step, a tail of 1, a tail of 31, 32 steps,
+    // and long chains of 129 and 282 steps (a 7B's K is 3584 and 18,944: 112 and 592 steps).
     for (const auto [M, K, N] : {std::array<std::int64_t, 3>{1, 32, 16}, {8, 33, 49}, {9, 95, 100}, {71, 1024, 34},
-                                 {130, 63, 130}, {64, 1, 17}})
+                                 {130, 63, 130}, {64, 1, 17}, {17, 4100, 50}, {9, 9000, 20}})
       for (const bool with_bias : {false, true}) {
         std::vector<Arg> args{{random_tensor(DType::f32, Shape{M, K}, 11)}, {random_tensor(DType::bf16, Shape{N, K}, 12), true}};
         if (with_bias) args.push_back({random_tensor(DType::f32, Shape{N}, 13), true});
