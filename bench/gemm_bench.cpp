@@ -13,7 +13,8 @@
 // etc., taking turns on every shape (the dispatch's choice against both paths in one run, so a
 // host's load shifts them alike). --no-sgemm: no OpenBLAS baseline (ratios are then 0).
 // --compute: the threaded backend once per --compute mode, rows "threaded:bf16" etc. (int8 with
-// its q8 weights), taking turns on every shape likewise.
+// its q8 weights), taking turns on every shape likewise; with --linear, once per mode and path
+// (bf16: gemv is the tiles of lowp_tiles.h, gemm the packed GEMM of lowp_gemm_bf16.cpp).
 #include <sonde/backend.h>
 #include <sonde/dtype.h>
 #include <sonde/error.h>
@@ -278,14 +279,18 @@ int main(int argc, char** argv) try {
   std::vector<std::pair<std::string, std::shared_ptr<sonde::Backend>>> backends;
   for (const auto& name : backend_names(o)) {
     if (name == "threaded" && !o.compute.empty()) {
-      for (const auto& c : o.compute) {
-        sonde::BackendOptions bo{o.threads};
-        bo.compute = c;
-        bo.weights = c == "int8" ? "q8" : "native";
-        auto b = reg.backend(name);
-        b->init(bo);
-        backends.emplace_back(name + ":" + c, b);
-      }
+      // With --linear too: each mode once per path (rows "threaded:bf16:gemv" etc.).
+      const std::vector<std::string> paths = o.linear.empty() ? std::vector<std::string>{""} : o.linear;
+      for (const auto& c : o.compute)
+        for (const auto& mode : paths) {
+          if (!mode.empty()) ::setenv("SONDE_THREADED_LINEAR", mode.c_str(), 1);  // read by init
+          sonde::BackendOptions bo{o.threads};
+          bo.compute = c;
+          bo.weights = c == "int8" ? "q8" : "native";
+          auto b = reg.backend(name);
+          b->init(bo);
+          backends.emplace_back(name + ":" + c + (mode.empty() ? "" : ":" + mode), b);
+        }
       continue;
     }
     if (name == "threaded" && !o.linear.empty()) {

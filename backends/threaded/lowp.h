@@ -41,7 +41,25 @@ struct LowpKernels {
   // Non-null: out[i] = compute_bf16_bits(x[i]) for i < n (<sonde/compute.h>'s rounding, bit for
   // bit), the x rows' rounding of every bf16 call; null: ops_lowp.cpp's scalar loop.
   void (*round_bf16)(const float* x, std::int64_t n, std::uint16_t* out) = nullptr;
+  // Non-null: the bf16 GEMM for many x rows on packed operands (lowp_gemm_bf16.cpp), the same
+  // bits as gemm_bf16. pack_x_bf16 packs x rows (as gemm_bf16 takes them) once per call into
+  // lowp_gemm_x_elems(M, K) dwords; gemm_bf16_packed takes that pack and plain bf16 W rows
+  // (it packs W rows itself, per task).
+  void (*pack_x_bf16)(const std::uint16_t* x, std::int64_t M, std::int64_t ldx, std::int64_t K, std::uint32_t* xp) = nullptr;
+  void (*gemm_bf16_packed)(const std::uint32_t* xp, std::int64_t M, const std::uint16_t* W, std::int64_t K,
+                           std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy) = nullptr;
 };
+
+// The packed bf16 GEMM's register tile: x rows (broadcast) by W rows (3 vectors of 16 outputs).
+constexpr std::int64_t kLowpGemmXRows = 8, kLowpGemmWRows = 48;
+// Dwords of the x pack of M rows over K: whole blocks of kLowpGemmXRows rows, K up to a multiple of 32.
+constexpr std::int64_t lowp_gemm_x_elems(std::int64_t M, std::int64_t K) {
+  return (M + kLowpGemmXRows - 1) / kLowpGemmXRows * kLowpGemmXRows * ((K + 31) / 32) * 16;
+}
+// lowp_gemm_bf16.cpp (AVX512_BF16): the entries above of lowp_avx512bf16().
+void lowp_pack_x_bf16(const std::uint16_t* x, std::int64_t M, std::int64_t ldx, std::int64_t K, std::uint32_t* xp);
+void lowp_gemm_bf16_packed(const std::uint32_t* xp, std::int64_t M, const std::uint16_t* W, std::int64_t K,
+                           std::int64_t n0, std::int64_t n1, float* y, std::int64_t ldy);
 
 // The tables (null entries: a mode that ISA does not speed up).
 const LowpKernels& lowp_scalar();     // portable C++, both modes

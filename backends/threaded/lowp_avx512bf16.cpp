@@ -22,7 +22,8 @@ void gemm_bf16_dp(const std::uint16_t* x, i64 M, i64 ldx, const std::uint16_t* W
 }  // namespace
 
 const LowpKernels& lowp_avx512bf16() {
-  static const LowpKernels k{"avx512bf16", gemm_bf16_dp, nullptr, nullptr, nullptr, lowp_round_bf16};
+  static const LowpKernels k{"avx512bf16", gemm_bf16_dp,         nullptr,           nullptr, nullptr,
+                              lowp_round_bf16,    lowp_pack_x_bf16, lowp_gemm_bf16_packed};
   return k;
 }
 

@@ -6,7 +6,10 @@
 
 #include <sonde/compute.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -15,6 +18,7 @@ namespace sonde::threaded {
 namespace {
 
 constexpr std::int64_t kLowpMinRows = 32;  // W rows per task at least
+constexpr std::int64_t kLowpPackedFromRows = 64;  // lowp_tiles.h's kLowpBatchRows: its chunked tiles beyond
 
 // Tasks of W rows: about 4 per thread, at least kLowpMinRows rows, a multiple of 32 for AMX (its
 // packed blocks) and of 16 otherwise: with 32, N = 896 (qwen2.5-0.5b's q and o) made 7 tasks
@@ -35,12 +39,47 @@ void add_bias_rows(const float* bias, float* y, std::int64_t M, std::int64_t N) 
 // thread at a time per backend; the buffers only grow).
 struct LowpScratch {
   std::vector<std::uint16_t> bf16;
+  std::vector<std::uint32_t> xpack;  // the packed GEMM's x (only grows; every call writes what it reads)
   std::vector<std::int8_t> q;
   std::vector<float> s;
 };
 LowpScratch& scratch() {
   thread_local LowpScratch s;
   return s;
+}
+
+// The bf16 path of an M x K x N Linear on a table with the packed GEMM: "gemm" is that kernel,
+// "gemv" the table's tiles (lowp_tiles.h). Both give the same bits, so the choice is one of time:
+// SONDE_THREADED_LINEAR=gemv|gemm forces one; the cost model's HostRates describe the f32 kernels,
+// so the prediction here is the tiles up to kLowpBatchRows' 64 rows (decode and batch steps,
+// where W is streamed once and the tiles keep up with memory) and the packed GEMM beyond; in the
+// automatic mode the tuner (linear_tuner.h) then times both on the first calls of each shape
+// class and keeps the faster. Its keys cannot meet the f32 dispatch's: in a bf16-compute backend
+// every Linear comes here.
+LinearTuner::Pick lowp_pick(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_t N) {
+  if (c.linear_mode == LinearMode::gemv) return {LinearPath::gemv, false};
+  if (c.linear_mode == LinearMode::gemm) return {LinearPath::gemm, false};
+  const LinearPath predicted = M > kLowpPackedFromRows ? LinearPath::gemm : LinearPath::gemv;
+  if (!c.tuner || c.linear_mode != LinearMode::automatic) return {predicted, false};
+  return c.tuner->pick(M, K, N, 2.0, predicted);
+}
+
+// The packed GEMM: x (rounded rows, ldx apart) packed once, on the pool; then tasks of W rows, a
+// multiple of the kernel's 48-row tile, about 4 per thread (each packs its own rows of W).
+void gemm_bf16_packed(const Ctx& c, const std::uint16_t* xb, std::int64_t M, std::int64_t ldx, const std::uint16_t* wb,
+                      std::int64_t K, std::int64_t N, float* y, LowpScratch& s) {
+  const std::int64_t need = lowp_gemm_x_elems(M, K);
+  if (static_cast<std::int64_t>(s.xpack.size()) < need) s.xpack.resize(static_cast<std::size_t>(need));
+  std::uint32_t* xp = s.xpack.data();
+  const std::int64_t per = 2 * kLowpGemmXRows, row_elems = ((K + 31) / 32) * 16;  // pairs of blocks
+  for_chunks(c.pool, M, std::max(per, (M / (4 * c.pool.size()) + per - 1) / per * per), [&](std::int64_t m0, std::int64_t m1) {
+    c.lowp->pack_x_bf16(xb + m0 * ldx, m1 - m0, ldx, K, xp + m0 * row_elems);
+  });
+  const std::int64_t want = 4 * static_cast<std::int64_t>(c.pool.size());
+  const std::int64_t rows = std::max(kLowpGemmWRows, ((N + want - 1) / want + kLowpGemmWRows - 1) / kLowpGemmWRows * kLowpGemmWRows);
+  for_chunks(c.pool, N, rows, [&](std::int64_t n0, std::int64_t n1) {
+    c.lowp->gemm_bf16_packed(xp, M, wb, K, n0, n1, y, N);
+  });
 }
 
 }  // namespace
@@ -74,9 +113,23 @@ void linear_lowp(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& 
         for (std::int64_t k = 0; k < d.K; ++k) row[k] = compute_bf16_bits(x[m * d.K + k]);
       }
     });
-    for_w_rows(c.pool, d.N, c.lowp->pack_bf16 != nullptr, [&](std::int64_t n0, std::int64_t n1) {
-      c.lowp->gemm_bf16(s.bf16.data(), d.M, ldx, wb, d.K, n0, n1, y, d.N);
-    });
+    const LinearTuner::Pick p = c.lowp->gemm_bf16_packed ? lowp_pick(c, d.M, d.K, d.N) : LinearTuner::Pick{LinearPath::gemv, false};
+    const auto t0 = std::chrono::steady_clock::now();
+    if (p.path == LinearPath::gemm) {
+      gemm_bf16_packed(c, s.bf16.data(), d.M, ldx, wb, d.K, d.N, y, s);
+    } else {
+      for_w_rows(c.pool, d.N, c.lowp->pack_bf16 != nullptr, [&](std::int64_t n0, std::int64_t n1) {
+        c.lowp->gemm_bf16(s.bf16.data(), d.M, ldx, wb, d.K, n0, n1, y, d.N);
+      });
+    }
+    if (p.timed) {
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (c.tuner->record(d.M, d.K, d.N, 2.0, p.path, sec)) {
+        const auto [tiles_s, gemm_s] = c.tuner->best(d.M, d.K, d.N, 2.0);
+        spdlog::debug("backend threaded: bf16 Linear {} x {} x {} (rows class {}): tiles {:.3f} ms, packed gemm {:.3f} ms: {}",
+                      d.M, d.K, d.N, LinearTuner::row_class(d.M), tiles_s * 1e3, gemm_s * 1e3, gemm_s < tiles_s ? "gemm" : "tiles");
+      }
+    }
   } else {
     // x rows as int8 blocks and scales, zero up to an even number of blocks.
     const std::int64_t blocks = (d.K + kComputeBlock - 1) / kComputeBlock, lds = (blocks + 1) / 2 * 2;
