@@ -1,8 +1,6 @@
 // Row-wise and elementwise ops, parallel over rows or element chunks.
 #include "ops.h"
 
-#include <sonde/sae_f32.h>
-
 #include <cmath>
 #include <cstring>
 
@@ -67,12 +65,6 @@ void silu_mul(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out
   for_chunks(c.pool, count, kElemChunk, [&](std::int64_t lo, std::int64_t hi) {
     c.k.silu_mul(in[0].as<const float>() + lo, in[1].as<const float>() + lo, out.as<float>() + lo, hi - lo);
   });
-}
-
-// Rows are independent (a TopK row's choice reads that row only), so the split does not change a value.
-void sae_activation(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out) {
-  const auto d = ops::check_sae_activation(n, in, out);
-  for_chunks(c.pool, d.rows, 4, [&](std::int64_t lo, std::int64_t hi) { ops::sae_activation_rows_f32(n, in, out, lo, hi); });
 }
 
 // Reshape copies the bytes; Concat along dim 1 copies a's then b's block per outer index, except
