@@ -16,6 +16,7 @@
 // the generated tokens over first arrival .. last token. Greedy, EOS ignored: every request
 // generates exactly its length (a token is timed when the loop samples it).
 #include "bench_serve.h"
+#include "cmd_bench_profile.h"
 
 #include <sonde/decode.h>
 #include <sonde/engine.h>
@@ -113,6 +114,11 @@ struct Req {
 };
 
 // One client count: R requests, request j sent by client j % clients after think[j] seconds.
+// --profile: the engine run's graph nodes, decode forwards and prompt forwards apart.
+struct ServeProfiles {
+  ExecProfile decode, prefill;
+};
+
 struct Level {
   std::int64_t clients = 0, requests = 0, batch = 0, slots = 0;
   std::vector<double> think;
@@ -244,9 +250,35 @@ void engine_client(Engine& e, const Level& L, const std::vector<Req>& pool, std:
   }
 }
 
+// --profile: the session's model, with each forward's graph nodes timed into the profile of its
+// kind (one-token forwards are the decode steps, the rest prompts), so that a decode forward's
+// wall time (EngineStats) less its nodes' is what it spends outside them.
+class ProfiledModel : public EngineModel {
+ public:
+  ProfiledModel(Session& s, std::unique_ptr<EngineModel> inner, ServeProfiles& p) : s_(s), inner_(std::move(inner)), p_(p) {}
+  std::int64_t vocab_size() const override { return inner_->vocab_size(); }
+  bool has_kv_cache() const override { return inner_->has_kv_cache(); }
+  bool has_slot_cache() const override { return inner_->has_slot_cache(); }
+  KvCache new_cache(std::int64_t batch, std::int64_t capacity) const override { return inner_->new_cache(batch, capacity); }
+  void set_edits(std::vector<Edit> edits) override { inner_->set_edits(std::move(edits)); }
+  bool only_with_logits(const std::string& hook) const override { return inner_->only_with_logits(hook); }
+  Tensor forward(const EngineBatch& b) override {
+    s_.set_profile(b.step.tokens == 1 ? &p_.decode : &p_.prefill);
+    Tensor out = inner_->forward(b);
+    s_.set_profile(nullptr);
+    return out;
+  }
+
+ private:
+  Session& s_;
+  std::unique_ptr<EngineModel> inner_;
+  ServeProfiles& p_;
+};
+
 std::vector<Trace> run_engine(Session& s, const ServeBenchOptions& o, const Level& L, const std::vector<Req>& pool,
-                              EngineStats& stats) {
-  auto model = session_engine_model(s);
+                              EngineStats& stats, ServeProfiles* profiles) {
+  std::unique_ptr<EngineModel> model = session_engine_model(s);
+  if (profiles) model = std::make_unique<ProfiledModel>(s, std::move(model), *profiles);
   EngineOptions eo;
   eo.slots = L.slots;
   eo.max_waiting = L.requests;
@@ -370,6 +402,28 @@ ordered_json breakdown(const EngineStats& st, double span) {
           {"rest_s", span - known}};
 }
 
+// The decode forwards' nodes, and their wall time outside the nodes (graph, plan, feeds, executor).
+ordered_json serve_profile_json(const ServeProfiles& p, const EngineStats& st) {
+  const ordered_json decode = profile_json(p.decode);
+  const double nodes = decode["node_seconds"].get<double>();
+  const double n = static_cast<double>(std::max<std::int64_t>(st.decode_forwards, 1));
+  return {{"decode", decode},
+          {"prefill", profile_json(p.prefill)},
+          {"decode_ms_per_forward", 1e3 * st.decode_s / n},
+          {"decode_node_ms_per_forward", 1e3 * nodes / n},
+          {"decode_outside_ms_per_forward", 1e3 * (st.decode_s - nodes) / n}};
+}
+
+void print_serve_profile(const ordered_json& p, int top) {
+  std::cout << fmt::format("  decode forwards: {:.2f} ms each, {:.2f} ms in graph nodes, {:.2f} ms outside them\n",
+                           p["decode_ms_per_forward"].get<double>(), p["decode_node_ms_per_forward"].get<double>(),
+                           p["decode_outside_ms_per_forward"].get<double>());
+  std::cout << "  decode forwards' nodes:\n";
+  print_profile(p["decode"], top);
+  std::cout << "  prompt forwards' nodes:\n";
+  print_profile(p["prefill"], top);
+}
+
 void print_breakdown(const ordered_json& b) {
   const double span = b["span_s"].get<double>();
   const auto pct = [&](double s) { return span > 0 ? 100.0 * s / span : 0.0; };
@@ -440,6 +494,7 @@ void print_text(const ordered_json& j) {
       print_system("static batches", L["static"]);
     }
     print_breakdown(L["engine"]["breakdown"]);
+    if (L["engine"].contains("profile")) print_serve_profile(L["engine"]["profile"], j["profile_top"].get<int>());
     if (!L.contains("one_at_a_time")) continue;
     for (const char* b : {"one_at_a_time", "static"}) {
       const auto& r = L["ratios"][b];
@@ -522,8 +577,10 @@ int bench_serve(Session& s, const ServeBenchOptions& o, const PromptIds& ids) {
     progress(o, fmt::format("{} clients: reference and {} requests alone", clients, alone.size()), since(t0));
     t0 = Clock::now();
     EngineStats st;
-    auto engine = summarize(run_engine(s, o, L, reqs, st), reqs, alone);
+    ServeProfiles profiles;
+    auto engine = summarize(run_engine(s, o, L, reqs, st, o.profile ? &profiles : nullptr), reqs, alone);
     engine["breakdown"] = breakdown(st, since(t0));
+    if (o.profile) engine["profile"] = serve_profile_json(profiles, st);
     progress(o, fmt::format("{} clients: engine", clients), since(t0));
     if (o.engine_only) {
       levels.push_back({{"clients", clients}, {"requests", L.requests}, {"slots", L.slots}, {"batch", L.batch},
@@ -544,7 +601,7 @@ int bench_serve(Session& s, const ServeBenchOptions& o, const PromptIds& ids) {
   ordered_json j{{"mode", "serve"}, {"arch", s.info().arch}, {"backend", info.name}, {"threads", info.threads},
                  {"compute", s.compute()}, {"seed", o.seed}, {"think_s", o.think}, {"prompt_range", {o.prompt_min, o.prompt_max}},
                  {"gen_range", {o.gen_min, o.gen_max}}, {"prefill_chunk", o.prefill_chunk},
-                 {"reference_prompt", o.reference_prompt}, {"load_average", {load_before, load_average()}}, {"levels", levels}};
+                 {"reference_prompt", o.reference_prompt}, {"profile_top", o.profile_top}, {"load_average", {load_before, load_average()}}, {"levels", levels}};
   if (!o.engine_only) add_targets(j);
   if (o.json) std::cout << j.dump() << "\n";
   else print_text(j);

@@ -22,6 +22,8 @@ struct ServeBenchOptions {
   std::int64_t batch = 0;           // static batches of up to this many; 0: the client count
   std::int64_t prefill_chunk = 256; // engine: prompt tokens prefilled per step
   std::int64_t reference_prompt = 256;  // the TTFT target: one prefill this long + 2 decode steps
+  bool profile = false;             // the engine run's graph nodes, decode and prompt forwards apart
+  int profile_top = 15;
   bool engine_only = false;         // skip the baselines (their solo runs take most of the time)
   bool json = false;
 };

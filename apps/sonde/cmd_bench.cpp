@@ -167,8 +167,8 @@ void check_options(BenchOptions& o) {
   if (o.logits_given && o.mode != "prefill") bad_input("--logits applies to --mode prefill, not {}", o.mode);
   if (o.mode != "prefill" && (!o.hooks.empty() || !o.sae.dirs.empty()))
     bad_input("--hooks and --sae apply to --mode prefill, not {}", o.mode);
-  if (o.profile && o.mode != "prefill" && o.mode != "decode")
-    bad_input("--profile applies to --mode prefill or decode, not {}", o.mode);
+  if (o.profile && o.mode != "prefill" && o.mode != "decode" && o.mode != "serve")
+    bad_input("--profile applies to --mode prefill, decode or serve, not {}", o.mode);
   if (o.profile_top < 1) bad_input("--profile-top must be at least 1, got {}", o.profile_top);
   if (o.mode != "diffusion-step") return;
   // The canvas is prompt + masks; by default half and half (64 + 64 for --tokens 128).
@@ -351,7 +351,7 @@ int cmd_bench(const Args& args) {
       ("reference-prompt", po::value(&o.serve.reference_prompt)->default_value(256),
        "serve: the TTFT target is one prefill of N tokens + 2 decode steps alone")
       ("profile", po::bool_switch(&o.profile),
-       "prefill, decode (its steps only): wall time of every graph node over the timed runs, per op kind and the top nodes (JSON: \"profile\")")
+       "prefill, decode (its steps only), serve (the engine's decode and prompt forwards apart): wall time of every graph node over the timed runs, per op kind and the top nodes (JSON: \"profile\")")
       ("profile-top", po::value(&o.profile_top)->default_value(15), "prefill --profile: nodes listed by time")
       ("hooks", po::value(&o.hooks), "prefill: hook points tapped in every run (comma-separated names); "
        "*.hook_sae_acts_post rows are cut to their non-zero entries as --sae-sparse nonzero stores them, "
@@ -373,6 +373,8 @@ int cmd_bench(const Args& args) {
       bad_input("--tokens and --prompt-tokens do not apply to --mode serve; it takes --prompt-range and --gen-range");
     o.serve.batch = vm["batch"].defaulted() ? 0 : o.batch;
     o.serve.json = o.json;
+    o.serve.profile = o.profile;
+    o.serve.profile_top = o.profile_top;
     prepare_serve_options(o.serve);
   }
 

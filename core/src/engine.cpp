@@ -361,6 +361,7 @@ bool Engine::step() {
     counts_.kv_rows = kv_->rows();
     counts_.kv_filled = kv_->filled();
     counts_.kv_capacity = kv_->capacity();
+    counts_.kv_compactions = kv_->compactions();
   }
   return !running_.empty() || !waiting_.empty();
 }

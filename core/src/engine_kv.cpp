@@ -68,9 +68,20 @@ std::int64_t KvRows::remove(std::int64_t row) {
   return moved;
 }
 
+// A decode forward reads every row's first `filled` slots, masked ones included: a batch's past is
+// one strided [rows, filled] view, which the graph's concatenation with the new keys copies whole
+// (only a one-row past is appended in place). Slots before the longest row's start are pure waste,
+// rows x (filled - longest) copied slots a forward, from when the longest row leaves until a longer
+// one comes. Moving the rows back costs one copy of their own slots, sum(len). So the rows move when
+// one forward's waste is at least that move: it pays for itself in that forward, every later one is
+// gained, and no constant of this host or model enters (both sides are copies of the same slots).
 void KvRows::reserve_one() {
-  if (cache_.filled + 1 <= cache_.capacity) return;
+  if (len_.empty()) return;
   const std::int64_t longest = *std::max_element(len_.begin(), len_.end());
+  std::int64_t own = 0;
+  for (const auto n : len_) own += n;
+  const bool full = cache_.filled + 1 > cache_.capacity;
+  if (!full && rows() * (cache_.filled - longest) < own) return;
   if (longest + 1 > cache_.capacity) runtime_error("engine: a sequence of {} slots outgrew the KV capacity {}", longest, cache_.capacity);
   shift_to(longest);
   ++compactions_;

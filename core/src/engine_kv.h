@@ -7,7 +7,8 @@
 // allocation, not blocks: the graph reads the past as one strided [B, past] view, which a paged
 // layout would need a gather for. When `filled` reaches the capacity, every row moves back so
 // that the longest ends at its own length (compaction); the capacity's slack past max_context
-// bounds how often that happens (at most once every `slack` steps).
+// bounds how often that happens (at most once every `slack` steps). They also move back before a
+// decode forward whose copy of the masked slots would cost more than the move (reserve_one).
 #include <sonde/session.h>
 
 #include <cstdint>
@@ -27,7 +28,8 @@ class KvRows {
   std::int64_t add(const KvCache& staged, std::int64_t row, std::int64_t from, std::int64_t n);
   // Frees a row: the last row moves into its place (returns the index it had, or -1 if none moved).
   std::int64_t remove(std::int64_t row);
-  // Makes room for one more slot in every row (compacting when full).
+  // Makes room for one more slot in every row: compacts (every row moves back to end at the longest
+  // row's length) when full, or when the next forward's copy of masked slots costs more than the move.
   void reserve_one();
   // The key mask [rows, filled + 1] of the next decode forward.
   std::vector<std::uint8_t> decode_mask() const;

@@ -416,6 +416,42 @@ TEST(Engine, ALongPromptIsNotStarvedByShortOnesThatKeepComing) {
   EXPECT_EQ(hs[0]->wait().tokens, solo_ar(m, reqs[0]).tokens);
 }
 
+TEST(Engine, TheSharedCacheMovesBackWhenItsMaskedSlotsCostMoreThanTheMove) {
+  // A 40-token and a 4-token prompt end at one slot of the shared cache. While both run nothing
+  // moves (no masked slot before the longest row). When the long one leaves, the short row has
+  // 36 masked slots before it: one forward's copy of them (1 x 36) outweighs moving its own
+  // slots (about 6), so it moves back and later forwards read only its own slots. Its tokens and
+  // logits stay its solo run's bit for bit, so the move kept every key in place.
+  FakeModel m;
+  std::mt19937 rng(21);
+  EngineRequest lng = ar_request(ids(rng, 40), 2, 1, false), shrt = ar_request(ids(rng, 4), 30, 2, false);
+  lng.ar.eos_ids.clear();
+  shrt.ar.eos_ids.clear();
+  Engine engine(m, EngineOptions{DecodingKind::Autoregressive, 2, 64, 128, 64});
+  Trace got;
+  EngineRequest q = shrt;
+  q.on_token = [&got](std::int64_t, std::int32_t, const Tensor& logits) {
+    got.logits.emplace_back(logits.data<float>(), logits.data<float>() + kVocab);
+  };
+  auto hl = engine.submit(lng);
+  auto hs = engine.submit(q);
+  std::int64_t both_compactions = -1, alone_filled = -1;
+  while (engine.step()) {
+    const auto st = engine.stats();
+    if (st.kv_rows == 2) both_compactions = st.kv_compactions;
+    if (st.kv_rows == 1) alone_filled = st.kv_filled;
+  }
+  EXPECT_EQ(both_compactions, 0) << "rows moved although none had a masked slot to drop";
+  EXPECT_GT(alone_filled, 0);
+  EXPECT_LT(alone_filled, 40) << "the short row still ends past the long row's 40 slots";
+  EXPECT_GE(engine.stats().kv_compactions, 1);
+  const EngineResult r = hs->wait();
+  got.tokens = r.tokens;
+  got.finish = r.finish_reason;
+  EXPECT_EQ(hl->wait().tokens, solo_ar(m, lng).tokens);
+  expect_same(solo_ar(m, shrt), got, 1);
+}
+
 TEST(Engine, SteeredAndUnsteeredRequestsShareAForwardAndEachEqualsItsSoloRun) {
   FakeModel m;
   Edit steer;

@@ -169,6 +169,7 @@ struct EngineStats {
   std::int64_t steps = 0, forwards = 0, submitted = 0, finished = 0;
   std::int64_t threads = 0;  // request threads alive
   std::int64_t kv_filled = 0, kv_capacity = 0;
+  std::int64_t kv_compactions = 0;  // times the shared cache's rows moved back (engine_kv.h)
   // Where the step loop's wall time went, in seconds since the engine was made (two clock reads a
   // phase, so always on): model forwards over prompts (prefill_tokens real tokens, no padding),
   // over the decode rows (decode_rows, one per running sequence a step) and any other kind; the
