@@ -66,9 +66,11 @@ void expect_packed_bits(const std::vector<PackedShape>& shapes, int threads) {
   }
 }
 
-// Short rows: every row count's edges at little cost.
+// Short rows: every row count's edges at little cost (and a few rows, which only the forced path
+// sends to this kernel).
 const std::vector<PackedShape> kPackedShort{{65, 31, 47},  {72, 32, 48},  {127, 33, 97},  {1024, 33, 96},
-                                            {200, 31, 145}, {129, 32, 17}, {1023, 32, 49}, {88, 33, 1}};
+                                            {200, 31, 145}, {129, 32, 17}, {1023, 32, 49}, {88, 33, 1},
+                                            {1, 33, 47},    {5, 64, 50},   {8, 31, 48}};
 // The models' K, few W rows at the longest to stay fast (seconds in all, with the scalar kernel).
 const std::vector<PackedShape> kPackedLong{{65, 896, 97},  {256, 896, 144}, {129, 3584, 49},
                                            {72, 4864, 48}, {97, 18944, 17}, {64, 18944, 5}};
