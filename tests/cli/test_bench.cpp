@@ -327,8 +327,10 @@ TEST_F(Bench, BadInputExitsTwoNamingTheValue) {
                              "bench", {"8"}, {"no masked slot"}));
   EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--hooks", "blocks.0.hook_nope"}), "bench",
                              {"--hooks", "blocks.0.hook_nope"}, {"not a hook point"}));
-  EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "serve", "--profile"}), "bench", {"--profile", "serve"},
-                             {"applies to"}));
+  // --profile times graph nodes in prefill, decode and serve (the engine's forwards); not in a
+  // diffusion-step run.
+  EXPECT_TRUE(one_line_error(run({"bench", "--model", d, "--mode", "diffusion-step", "--tokens", "8", "--profile"}),
+                             "bench", {"--profile", "diffusion-step"}, {"applies to"}));
   EXPECT_TRUE(one_line_error(run({"bench", "--model", q, "--mode", "decode", "--hooks", "hook_embed"}), "bench",
                              {"--hooks", "decode"}, {"apply to"}));
   // The tiny preset's context is finite: a request past it is refused before any work.
