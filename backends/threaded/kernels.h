@@ -44,6 +44,13 @@ struct Kernels {
   // u = 0, 1, ... n-1 in turn, each term as axpy adds it.
   float (*dots)(const float* q, const float* k, std::int64_t ks, std::int64_t n, std::int64_t d, float* s);
   void (*axpys)(const float* p, const float* v, std::int64_t vs, std::int64_t n, std::int64_t d, float* acc);
+  // Optional (null: dots only). keys_t lays keys [0, n) (n <= kKeysT) out transposed,
+  // kt[e * kKeysT + u] = k[u ks + e] for e < d, zero for n <= u < kKeysT; dots_t then gives dots' s[u]
+  // and maximum bit for bit from it, without dots' per-key folds of 16 lanes (the products of
+  // one element e for 16 keys are one FMA). Worth it when many query rows visit the same keys
+  // (prefill, a diffusion canvas): the transposition is paid once per block of keys.
+  void (*keys_t)(const float* k, std::int64_t ks, std::int64_t n, std::int64_t d, float* kt);
+  float (*dots_t)(const float* q, const float* kt, std::int64_t n, std::int64_t d, float* s);
   // s[u] = e^(s[u] - m), or 0 where s[u] = -inf (a forbidden key), for u < n; returns their sum
   // in index order. m is finite.
   float (*exp_block)(float* s, std::int64_t n, float m);
@@ -51,6 +58,9 @@ struct Kernels {
   void (*silu_mul)(const float* g, const float* u, float* y, std::int64_t n);  // y = g / (1 + e^-g) * u
   void (*add)(const float* a, const float* b, float* y, std::int64_t n);
 };
+
+// The most keys keys_t lays out at once (one block of the attention's key loop).
+constexpr std::int64_t kKeysT = 64;
 
 // The packed GEMM's tile: x rows per block, W rows per block (3 vectors), and its scratch (the
 // partial sums of 8 x blocks: 8 x 5 levels x 8 x 48 floats, 61 KB, in L2).

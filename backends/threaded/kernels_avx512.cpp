@@ -107,6 +107,71 @@ void axpys(const float* p, const float* v, i64 vs, i64 n, i64 d, float* acc) {
   _mm512_mask_storeu_ps(acc + 48, m3, a3);
 }
 
+// The 16 x 16 block r (row i: 16 floats) transposed in registers: unpacks pair rows within
+// 128-bit lanes (two levels), then 128-bit lanes are gathered across the four row quads.
+inline void transpose16(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);      // lane L: r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1]
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);  // lane L: the same of elements 4L+2, 4L+3
+  }
+  __m512 u[16];  // u[4q + j], lane L: element 4L + j of rows 4q .. 4q+3
+  for (int q = 0; q < 16; q += 4) {
+    const __m512d a = _mm512_castps_pd(t[q]), b = _mm512_castps_pd(t[q + 1]);
+    const __m512d c = _mm512_castps_pd(t[q + 2]), e = _mm512_castps_pd(t[q + 3]);
+    u[q] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+    u[q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+  }
+  for (int j = 0; j < 4; ++j) {  // element 4L + j of every row: lane L of u[j], u[4 + j], u[8 + j], u[12 + j]
+    const __m512 lo01 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 lo23 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512 hi01 = _mm512_shuffle_f32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512 hi23 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    r[j] = _mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(2, 0, 2, 0));
+    r[4 + j] = _mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(3, 1, 3, 1));
+    r[8 + j] = _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(2, 0, 2, 0));
+    r[12 + j] = _mm512_shuffle_f32x4(hi01, hi23, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+void keys_t(const float* k, i64 ks, i64 n, i64 d, float* kt) {
+  for (i64 u = 0; u < n; u += 16)
+    for (i64 e = 0; e < d; e += 16) {
+      const __mmask16 m = lanes(d - e);
+      __m512 r[16];
+      for (int j = 0; j < 16; ++j) r[j] = u + j < n ? _mm512_maskz_loadu_ps(m, k + (u + j) * ks + e) : _mm512_setzero_ps();
+      transpose16(r);
+      for (i64 j = 0; j < 16 && e + j < d; ++j) _mm512_storeu_ps(kt + (e + j) * kKeysT + u, r[j]);
+    }
+}
+
+// dots' order with keys in lanes: p[l] holds, for 16 keys, the lane-l partial sum of dots' per-key
+// accumulator (elements l, 16 + l, 32 + l, ... in turn, one FMA each); the fold is sum16's tree on
+// those registers, (p_l + p_l+8), then + 4 apart, then (y0 + y2) + (y1 + y3). The elements past d,
+// which dots adds as 0 * 0 to a sum that is never -0, are skipped.
+float dots_t(const float* q, const float* kt, i64 n, i64 d, float* s) {
+  __m512 top16 = _mm512_set1_ps(-__builtin_inff());
+  for (i64 u = 0; u < n; u += 16) {
+    __m512 p[16];
+    for (int l = 0; l < 16; ++l) p[l] = _mm512_setzero_ps();
+    i64 e = 0;
+    for (; e + 16 <= d; e += 16)
+      for (int l = 0; l < 16; ++l)
+        p[l] = _mm512_fmadd_ps(_mm512_set1_ps(q[e + l]), _mm512_loadu_ps(kt + (e + l) * kKeysT + u), p[l]);
+    for (int l = 0; e + l < d; ++l)
+      p[l] = _mm512_fmadd_ps(_mm512_set1_ps(q[e + l]), _mm512_loadu_ps(kt + (e + l) * kKeysT + u), p[l]);
+    for (int l = 0; l < 8; ++l) p[l] = _mm512_add_ps(p[l], p[l + 8]);
+    for (int l = 0; l < 4; ++l) p[l] = _mm512_add_ps(p[l], p[l + 4]);
+    const __m512 block = _mm512_add_ps(_mm512_add_ps(p[0], p[2]), _mm512_add_ps(p[1], p[3]));
+    const __mmask16 valid = lanes(n - u);
+    _mm512_mask_storeu_ps(s + u, valid, block);
+    top16 = _mm512_mask_max_ps(top16, valid, top16, block);
+  }
+  return _mm512_reduce_max_ps(top16);
+}
+
 void scale(float a, float* y, i64 n) {
   const __m512 av = _mm512_set1_ps(a);
   for (i64 i = 0; i < n; i += 16) {
@@ -168,7 +233,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx512() {
-  static const Kernels k{"avx512", gemv_avx512, gemm_pack_x_avx512, gemm_pack_w_avx512, gemm_packed_avx512, dot, axpy, dots, axpys, exp_block, scale, silu_mul, add};
+  static const Kernels k{"avx512", gemv_avx512, gemm_pack_x_avx512, gemm_pack_w_avx512, gemm_packed_avx512, dot, axpy, dots, axpys, keys_t, dots_t, exp_block, scale, silu_mul, add};
   return k;
 }
 

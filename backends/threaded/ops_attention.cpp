@@ -24,6 +24,11 @@ constexpr std::int64_t kKb = 64;  // keys per block: a K and a V block of 64 x d
 // K and V byte is read by one thread, and the partial softmax states are merged afterwards. A
 // fixed length (not one derived from the thread count) keeps the result the same on any pool.
 constexpr std::int64_t kKeysPerTask = 256;
+static_assert(kKb <= kKeysT, "a key block must fit keys_t's layout");
+// Query rows (of all heads in a visit) from which a key block is transposed once for dots_t
+// rather than folded key by key in dots: the transposition costs about what 8-12 rows' folds
+// do. Decode (a kv head's few query rows) stays on dots; the bits are the same either way.
+constexpr std::size_t kTransposeFromRows = 16;
 
 struct Head {
   const float *q, *k, *v;
@@ -40,11 +45,12 @@ struct RowState {
 // One query row against keys [u0, u1): scores into s, then the online-softmax update of acc. The
 // dot products, the exponentials and the weighted sum of V are one kernel call each for the
 // block; a key the mask forbids gets p = 0, which leaves acc and l as they were.
+// kt: the block's keys as keys_t lays them out, or null (dots reads them in place).
 void attend_block(const Kernels& kn, const Head& h, const float* q, std::int64_t qs, std::int64_t u0, std::int64_t u1,
-                  bool causal, std::int64_t d, float scale, float* s, RowState& st, float* acc) {
+                  bool causal, std::int64_t d, float scale, const float* kt, float* s, RowState& st, float* acc) {
   const std::int64_t n = u1 - u0;
   constexpr float kNone = -std::numeric_limits<float>::infinity();
-  const float top = kn.dots(q, h.k + u0 * h.kvstride, h.kvstride, n, d, s);
+  const float top = kt ? kn.dots_t(q, kt, n, d, s) : kn.dots(q, h.k + u0 * h.kvstride, h.kvstride, n, d, s);
   float mx = kNone;
   if (!h.mask && (!causal || u1 - 1 <= qs)) {  // every key allowed (decode): no per-key test
     kn.scale(scale, s, n);
@@ -72,10 +78,12 @@ void attend_block(const Kernels& kn, const Head& h, const float* q, std::int64_t
 // nh / nkv query heads share one read of K and V (at 2k keys, per-head visits re-read 1 MB per
 // head from L3). The next block's K and V lines are prefetched first: the cache is cold here,
 // a gigabyte of weights having streamed through since this layer last read it. acc holds
-// hs.size() * rows * d accumulators and st their states, row-major by (head, row).
+// hs.size() * rows * d accumulators and st their states, row-major by (head, row). s holds kKb
+// scores, kt d * kKeysT floats (the transposed block, when enough rows share it).
 void visit_keys(const Kernels& kn, const std::vector<Head>& hs, const ops::AttnDims& d, bool causal, std::int64_t t0,
-                std::int64_t t1, std::int64_t k0, std::int64_t k1, float* acc, RowState* st, float* s) {
+                std::int64_t t1, std::int64_t k0, std::int64_t k1, float* acc, RowState* st, float* s, float* kt) {
   const auto D = static_cast<std::size_t>(d.d), rows = static_cast<std::size_t>(t1 - t0), nh = hs.size();
+  const bool transpose = kn.keys_t && nh * rows >= kTransposeFromRows;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.d)));
   const std::int64_t line_floats = 16, lines = (d.d + line_floats - 1) / line_floats;
   for (std::int64_t u0 = k0; u0 < k1; u0 += kKb) {
@@ -84,11 +92,13 @@ void visit_keys(const Kernels& kn, const std::vector<Head>& hs, const ops::AttnD
         _mm_prefetch(reinterpret_cast<const char*>(hs[0].k + u * hs[0].kvstride + l * line_floats), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(hs[0].v + u * hs[0].kvstride + l * line_floats), _MM_HINT_T0);
       }
+    const std::int64_t u1 = std::min(k1, u0 + kKb);
+    if (transpose) kn.keys_t(hs[0].k + u0 * hs[0].kvstride, hs[0].kvstride, u1 - u0, d.d, kt);
     for (std::size_t i = 0; i < nh; ++i)
       for (std::int64_t t = t0; t < t1; ++t) {
         const std::size_t r = i * rows + static_cast<std::size_t>(t - t0);
-        attend_block(kn, hs[i], hs[i].q + t * hs[i].qstride, t + (d.S - d.T), u0, std::min(k1, u0 + kKb), causal, d.d,
-                     scale, s, st[r], acc + r * D);
+        attend_block(kn, hs[i], hs[i].q + t * hs[i].qstride, t + (d.S - d.T), u0, u1, causal, d.d, scale,
+                     transpose ? kt : nullptr, s, st[r], acc + r * D);
       }
   }
 }
@@ -169,7 +179,8 @@ void attention_split_keys(const Ctx& c, ops::Inputs in, const TensorView& out, c
   std::vector<float> acc(static_cast<std::size_t>(tasks) * per_task * D, 0.0f);
   std::vector<RowState> st(static_cast<std::size_t>(tasks) * per_task);
   const auto threads = static_cast<std::size_t>(c.pool.size());
-  std::vector<std::vector<float>> scores(threads, std::vector<float>(kKb));
+  // Per worker: kKb scores, then room for a transposed key block.
+  std::vector<std::vector<float>> scores(threads, std::vector<float>(static_cast<std::size_t>(kKb + d.d * kKeysT)));
   std::vector<std::vector<Head>> heads(threads);
   c.pool.run(tasks, [&](std::int64_t task, int worker) {
     const std::int64_t run = task % runs, g = task / runs % d.nkv, b = task / runs / d.nkv;
@@ -178,8 +189,9 @@ void attention_split_keys(const Ctx& c, ops::Inputs in, const TensorView& out, c
     auto& hs = heads[static_cast<std::size_t>(worker)];
     heads_of(d, in, out, b, g, g * group, (g + 1) * group, hs);
     const auto at = static_cast<std::size_t>(task) * per_task;
-    visit_keys(c.k, hs, d, causal, 0, d.T, k0, std::min(d.S, k0 + kKeysPerTask), acc.data() + at * D, st.data() + at,
-               scores[static_cast<std::size_t>(worker)].data());
+    float* s = scores[static_cast<std::size_t>(worker)].data();
+    visit_keys(c.k, hs, d, causal, 0, d.T, k0, std::min(d.S, k0 + kKeysPerTask), acc.data() + at * D, st.data() + at, s,
+               s + kKb);
   });
   std::vector<Head> hs;
   for (std::int64_t bg = 0; bg < d.B * d.nkv; ++bg) {
@@ -220,7 +232,7 @@ void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& ou
     // merged as the decode path merges them: the same arithmetic for a row whatever T is.
     const std::int64_t f = first_key(d, in, b), runs = std::max<std::int64_t>(1, (d.S - f + kKeysPerTask - 1) / kKeysPerTask);
     const std::size_t per = hs.size() * rows;
-    buf.assign(static_cast<std::size_t>(runs) * per * D + kKb, 0.0f);
+    buf.assign(static_cast<std::size_t>(runs) * per * D + kKb + static_cast<std::size_t>(d.d * kKeysT), 0.0f);
     st.assign(static_cast<std::size_t>(runs) * per, RowState{});
     // Keys past the last row's slot are never allowed under the causal rule.
     const std::int64_t kend = n.params.causal ? std::min(d.S, t1 - 1 + (d.S - d.T) + 1) : d.S;
@@ -228,7 +240,8 @@ void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& ou
     for (std::int64_t i = 0; i < runs; ++i) {
       const std::int64_t k0 = f + i * kKeysPerTask, k1 = std::min(kend, k0 + kKeysPerTask);
       const std::size_t at = static_cast<std::size_t>(i) * per;
-      if (k0 < k1) visit_keys(c.k, hs, d, n.params.causal, t0, t1, k0, k1, buf.data() + at * D, st.data() + at, scores);
+      if (k0 < k1)
+        visit_keys(c.k, hs, d, n.params.causal, t0, t1, k0, k1, buf.data() + at * D, st.data() + at, scores, scores + kKb);
     }
     merge_runs(c.k, runs, per, d.d, buf.data(), st.data());
     write_rows(hs, d.d, t0, t1, buf.data(), st.data());

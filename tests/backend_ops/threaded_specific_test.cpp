@@ -385,12 +385,15 @@ TEST(Threaded, LinearRowsAtEveryRowCountAndThreadCountAreTheRowAlone) {
 // of two (mask) gives bit-identical rows, for L below and above the 16-row query block, keys over
 // more than one run of 256, causal (Qwen) and bidirectional (Dream); and a decode step (one query)
 // over its keys alone and behind padding.
+// A prefill's rows go through the transposed-keys dot products (many rows share a key block), a
+// one-query step through the per-key ones: d = 40 covers a head size that is not whole vectors.
 TEST(Threaded, AttentionRowsDoNotDependOnTheirBatch) {
-  const std::int64_t nh = 4, nkv = 2, d = 64;
+  const std::int64_t nh = 4, nkv = 2;
+  for (const std::int64_t d : {64, 40})
   for (const bool causal : {true, false})
     for (const std::int64_t L : {5, 16, 17, 100, 300}) {
       const std::int64_t pad = 37, S = L + pad;  // the batch is as wide as its other, longer prompt
-      SCOPED_TRACE(fmt::format("L={} causal={}", L, causal));
+      SCOPED_TRACE(fmt::format("L={} causal={} d={}", L, causal, d));
       const Tensor q = random_tensor(DType::f32, Shape{1, L, nh, d}, 60, -3, 3);
       const Tensor k = random_tensor(DType::f32, Shape{1, L, nkv, d}, 61, -3, 3);
       const Tensor v = random_tensor(DType::f32, Shape{1, L, nkv, d}, 62);
