@@ -381,6 +381,26 @@ TEST(Threaded, LinearRowsAtEveryRowCountAndThreadCountAreTheRowAlone) {
   EXPECT_TRUE(failures.empty()) << failures.size() << " of " << checked << " rows differ from the row alone";
 }
 
+// Many rows over a long K: the GEMV visits x in panels of rows (gemv_avx512.cpp, kPanelBytes: 87
+// rows at K = 3000), so rows 86-88 and 173-175 sit on either side of a panel's edge. Every row equals
+// the row alone, bit for bit, on one and two threads.
+TEST(Threaded, LinearRowsAcrossXPanelsAreTheRowAlone) {
+  const std::int64_t M = 200, K = 3000, N = 37;
+  const auto args = linear_args(M, K, N, DType::bf16, true, 46);
+  const auto xs = values(args[0].t);
+  LinearScope scope("gemv");
+  for (int threads : {1, 2}) {
+    auto b = threaded(threads);
+    const auto got = values(run_on(*b, linear_node(M, N), args));
+    for (std::int64_t r = 0; r < M; ++r) {
+      std::vector<Arg> one = args;
+      one[0] = {floats(DType::f32, Shape{1, K}, std::vector<float>(xs.begin() + r * K, xs.begin() + (r + 1) * K))};
+      const auto want = values(run_on(*b, linear_node(1, N), one));
+      ASSERT_EQ(std::memcmp(got.data() + r * N, want.data(), N * sizeof(float)), 0) << "row " << r << ", " << threads << " threads";
+    }
+  }
+}
+
 // Batch invariance of attention: a prompt of L tokens alone (no mask) and left-padded in a batch
 // of two (mask) gives bit-identical rows, for L below and above the 16-row query block, keys over
 // more than one run of 256, causal (Qwen) and bidirectional (Dream); and a decode step (one query)
