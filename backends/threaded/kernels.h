@@ -51,6 +51,11 @@ struct Kernels {
   // (prefill, a diffusion canvas): the transposition is paid once per block of keys.
   void (*keys_t)(const float* k, std::int64_t ks, std::int64_t n, std::int64_t d, float* kt);
   float (*dots_t)(const float* q, const float* kt, std::int64_t n, std::int64_t d, float* s);
+  // Optional (null: four calls of dots_t / axpys). Four query rows at once, each with dots_t's and
+  // axpys' bits: one load of a key's (value's) element vector serves the four rows' FMAs.
+  void (*dots_t4)(const float* const* q, const float* kt, std::int64_t n, std::int64_t d, float* const* s, float* top);
+  void (*axpys4)(const float* const* p, const float* v, std::int64_t vs, std::int64_t n, std::int64_t d,
+                 float* const* acc);
   // s[u] = e^(s[u] - m), or 0 where s[u] = -inf (a forbidden key), for u < n; returns their sum
   // in index order. m is finite.
   float (*exp_block)(float* s, std::int64_t n, float m);

@@ -70,7 +70,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx2() {
-  static const Kernels k{"avx2", gemv_avx2, nullptr, nullptr, nullptr, dot, axpy, dots, axpys, nullptr, nullptr, exp_block, scale, silu_mul, add};
+  static const Kernels k{"avx2", gemv_avx2, nullptr, nullptr, nullptr, dot, axpy, dots, axpys, nullptr, nullptr, nullptr, nullptr, exp_block, scale, silu_mul, add};
   return k;
 }
 

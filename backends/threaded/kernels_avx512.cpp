@@ -172,6 +172,68 @@ float dots_t(const float* q, const float* kt, i64 n, i64 d, float* s) {
   return _mm512_reduce_max_ps(top16);
 }
 
+// dots_t for four rows: the same lane sums and tree, built lane pair by lane pair so that the four
+// rows' partial sums fit the registers ((P_l + P_l+8) + (P_l+4 + P_l+12) for l = 0, 2, then 1, 3).
+void dots_t4(const float* const* q, const float* kt, i64 n, i64 d, float* const* s, float* top) {
+  __m512 top16[4];
+  for (int r = 0; r < 4; ++r) top16[r] = _mm512_set1_ps(-__builtin_inff());
+  for (i64 u = 0; u < n; u += 16) {
+    const float* k = kt + u;
+    const auto lane = [&](int l, __m512 (&o)[4]) {  // P_l of the four rows
+      for (int r = 0; r < 4; ++r) o[r] = _mm512_setzero_ps();
+      for (i64 e = l; e < d; e += 16) {
+        const __m512 kv = _mm512_loadu_ps(k + e * kKeysT);
+        for (int r = 0; r < 4; ++r) o[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][e]), kv, o[r]);
+      }
+    };
+    const auto quarter = [&](int l, __m512 (&o)[4]) {  // Y_l = (P_l + P_l+8) + (P_l+4 + P_l+12)
+      __m512 a[4], b[4];
+      lane(l, a);
+      lane(l + 8, b);
+      for (int r = 0; r < 4; ++r) a[r] = _mm512_add_ps(a[r], b[r]);
+      lane(l + 4, o);
+      lane(l + 12, b);
+      for (int r = 0; r < 4; ++r) o[r] = _mm512_add_ps(a[r], _mm512_add_ps(o[r], b[r]));
+    };
+    __m512 z0[4], z1[4], y[4];
+    quarter(0, z0);
+    quarter(2, y);
+    for (int r = 0; r < 4; ++r) z0[r] = _mm512_add_ps(z0[r], y[r]);
+    quarter(1, z1);
+    quarter(3, y);
+    const __mmask16 valid = lanes(n - u);
+    for (int r = 0; r < 4; ++r) {
+      const __m512 block = _mm512_add_ps(z0[r], _mm512_add_ps(z1[r], y[r]));
+      _mm512_mask_storeu_ps(s[r] + u, valid, block);
+      top16[r] = _mm512_mask_max_ps(top16[r], valid, top16[r], block);
+    }
+  }
+  for (int r = 0; r < 4; ++r) top[r] = _mm512_reduce_max_ps(top16[r]);
+}
+
+// axpys for four rows, 64 columns at a time: each accumulator element takes the same FMAs in the
+// same key order as axpys (and axpy, past 64 columns) gives it.
+void axpys4(const float* const* p, const float* v, i64 vs, i64 n, i64 d, float* const* acc) {
+  const auto upto = [](i64 c) { return c <= 0 ? __mmask16(0) : lanes(c); };
+  for (i64 c0 = 0; c0 < d; c0 += 64) {
+    const __mmask16 m[4] = {upto(d - c0), upto(d - c0 - 16), upto(d - c0 - 32), upto(d - c0 - 48)};
+    __m512 a[4][4];
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < 4; ++j) a[r][j] = _mm512_maskz_loadu_ps(m[j], acc[r] + c0 + 16 * j);
+    for (i64 u = 0; u < n; ++u) {
+      const float* x = v + u * vs + c0;
+      __m512 xv[4];
+      for (int j = 0; j < 4; ++j) xv[j] = _mm512_maskz_loadu_ps(m[j], x + 16 * j);
+      for (int r = 0; r < 4; ++r) {
+        const __m512 pu = _mm512_set1_ps(p[r][u]);
+        for (int j = 0; j < 4; ++j) a[r][j] = _mm512_fmadd_ps(pu, xv[j], a[r][j]);
+      }
+    }
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < 4; ++j) _mm512_mask_storeu_ps(acc[r] + c0 + 16 * j, m[j], a[r][j]);
+  }
+}
+
 void scale(float a, float* y, i64 n) {
   const __m512 av = _mm512_set1_ps(a);
   for (i64 i = 0; i < n; i += 16) {
@@ -233,7 +295,7 @@ void add(const float* a, const float* b, float* y, i64 n) {
 }  // namespace
 
 const Kernels& kernels_avx512() {
-  static const Kernels k{"avx512", gemv_avx512, gemm_pack_x_avx512, gemm_pack_w_avx512, gemm_packed_avx512, dot, axpy, dots, axpys, keys_t, dots_t, exp_block, scale, silu_mul, add};
+  static const Kernels k{"avx512", gemv_avx512, gemm_pack_x_avx512, gemm_pack_w_avx512, gemm_packed_avx512, dot, axpy, dots, axpys, keys_t, dots_t, dots_t4, axpys4, exp_block, scale, silu_mul, add};
   return k;
 }
 

@@ -83,7 +83,7 @@ void add(const float* a, const float* b, float* y, std::int64_t n) {
 }  // namespace
 
 const Kernels& kernels_scalar() {
-  static const Kernels k{"scalar", gemv, nullptr, nullptr, nullptr, dot, axpy, dots, axpys, nullptr, nullptr, exp_block, scale, silu_mul, add};
+  static const Kernels k{"scalar", gemv, nullptr, nullptr, nullptr, dot, axpy, dots, axpys, nullptr, nullptr, nullptr, nullptr, exp_block, scale, silu_mul, add};
   return k;
 }
 

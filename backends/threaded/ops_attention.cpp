@@ -42,17 +42,15 @@ struct RowState {
   float l = 0;
 };
 
-// One query row against keys [u0, u1): scores into s, then the online-softmax update of acc. The
-// dot products, the exponentials and the weighted sum of V are one kernel call each for the
-// block; a key the mask forbids gets p = 0, which leaves acc and l as they were.
-// kt: the block's keys as keys_t lays them out, or null (dots reads them in place).
-void attend_block(const Kernels& kn, const Head& h, const float* q, std::int64_t qs, std::int64_t u0, std::int64_t u1,
-                  bool causal, std::int64_t d, float scale, const float* kt, float* s, RowState& st, float* acc) {
-  const std::int64_t n = u1 - u0;
+// One row's online-softmax update from its scores s[0, n) over keys [u0, u0 + n) (dots' output,
+// `top` their maximum): forbidden keys get p = 0 (which leaves acc and l as they were), acc and l
+// are rescaled to the new maximum and s becomes the weights e^(s - m). False when the block allows
+// no key: then nothing changed and the block's values must not be added.
+bool weigh_block(const Kernels& kn, const Head& h, std::int64_t qs, std::int64_t u0, std::int64_t n, bool causal,
+                 std::int64_t d, float scale, float top, float* s, RowState& st, float* acc) {
   constexpr float kNone = -std::numeric_limits<float>::infinity();
-  const float top = kt ? kn.dots_t(q, kt, n, d, s) : kn.dots(q, h.k + u0 * h.kvstride, h.kvstride, n, d, s);
   float mx = kNone;
-  if (!h.mask && (!causal || u1 - 1 <= qs)) {  // every key allowed (decode): no per-key test
+  if (!h.mask && (!causal || u0 + n - 1 <= qs)) {  // every key allowed (decode): no per-key test
     kn.scale(scale, s, n);
     mx = top * scale;  // scale > 0, so this is the largest s[i] * scale, rounding included
   } else {
@@ -61,7 +59,7 @@ void attend_block(const Kernels& kn, const Head& h, const float* q, std::int64_t
       mx = std::max(mx, s[i]);
     }
   }
-  if (mx == kNone) return;
+  if (mx == kNone) return false;
   const float mnew = std::max(st.m, mx);
   const float corr = std::exp(st.m - mnew);  // 0 on the first allowed block (m = -inf)
   if (corr != 1.0f) {
@@ -69,8 +67,47 @@ void attend_block(const Kernels& kn, const Head& h, const float* q, std::int64_t
     st.l *= corr;
   }
   st.l += kn.exp_block(s, n, mnew);
-  kn.axpys(s, h.v + u0 * h.kvstride, h.kvstride, n, d, acc);
   st.m = mnew;
+  return true;
+}
+
+// One query row against keys [u0, u1): the dot products (from the transposed block kt when
+// given), the update, then the weighted sum of V, one kernel call each for the block.
+void attend_block(const Kernels& kn, const Head& h, const float* q, std::int64_t qs, std::int64_t u0, std::int64_t u1,
+                  bool causal, std::int64_t d, float scale, const float* kt, float* s, RowState& st, float* acc) {
+  const std::int64_t n = u1 - u0;
+  const float top = kt ? kn.dots_t(q, kt, n, d, s) : kn.dots(q, h.k + u0 * h.kvstride, h.kvstride, n, d, s);
+  if (weigh_block(kn, h, qs, u0, n, causal, d, scale, top, s, st, acc))
+    kn.axpys(s, h.v + u0 * h.kvstride, h.kvstride, n, d, acc);
+}
+
+// attend_block for four rows (of heads that share one kv head) over a transposed block: the four
+// rows' dot products and weighted sums are one kernel call each; the same bits as four calls.
+struct RowRef {
+  const Head* h;
+  const float* q;
+  std::int64_t qs;  // the row's key slot
+  RowState* st;
+  float* acc;
+};
+void attend_block4(const Kernels& kn, const RowRef (&rows)[4], std::int64_t u0, std::int64_t u1, bool causal,
+                   std::int64_t d, float scale, const float* kt, float* s4) {
+  const std::int64_t n = u1 - u0;
+  const float* q[4];
+  float* s[4];
+  float* acc[4];
+  for (int r = 0; r < 4; ++r) q[r] = rows[r].q, s[r] = s4 + r * kKb, acc[r] = rows[r].acc;
+  float top[4];
+  kn.dots_t4(q, kt, n, d, s, top);
+  bool all = true, used[4];
+  for (int r = 0; r < 4; ++r) {
+    used[r] = weigh_block(kn, *rows[r].h, rows[r].qs, u0, n, causal, d, scale, top[r], s[r], *rows[r].st, acc[r]);
+    all = all && used[r];
+  }
+  const Head& h = *rows[0].h;
+  if (all) return kn.axpys4(s, h.v + u0 * h.kvstride, h.kvstride, n, d, acc);
+  for (int r = 0; r < 4; ++r)
+    if (used[r]) kn.axpys(s[r], h.v + u0 * h.kvstride, h.kvstride, n, d, acc[r]);
 }
 
 // Rows [t0, t1) of the heads in `hs`, which all read the same kv head, against keys [k0, k1):
@@ -78,8 +115,8 @@ void attend_block(const Kernels& kn, const Head& h, const float* q, std::int64_t
 // nh / nkv query heads share one read of K and V (at 2k keys, per-head visits re-read 1 MB per
 // head from L3). The next block's K and V lines are prefetched first: the cache is cold here,
 // a gigabyte of weights having streamed through since this layer last read it. acc holds
-// hs.size() * rows * d accumulators and st their states, row-major by (head, row). s holds kKb
-// scores, kt d * kKeysT floats (the transposed block, when enough rows share it).
+// hs.size() * rows * d accumulators and st their states, row-major by (head, row). s holds 4 * kKb
+// scores (four rows' at a time), kt d * kKeysT floats (the transposed block, when enough rows share it).
 void visit_keys(const Kernels& kn, const std::vector<Head>& hs, const ops::AttnDims& d, bool causal, std::int64_t t0,
                 std::int64_t t1, std::int64_t k0, std::int64_t k1, float* acc, RowState* st, float* s, float* kt) {
   const auto D = static_cast<std::size_t>(d.d), rows = static_cast<std::size_t>(t1 - t0), nh = hs.size();
@@ -94,12 +131,22 @@ void visit_keys(const Kernels& kn, const std::vector<Head>& hs, const ops::AttnD
       }
     const std::int64_t u1 = std::min(k1, u0 + kKb);
     if (transpose) kn.keys_t(hs[0].k + u0 * hs[0].kvstride, hs[0].kvstride, u1 - u0, d.d, kt);
-    for (std::size_t i = 0; i < nh; ++i)
-      for (std::int64_t t = t0; t < t1; ++t) {
-        const std::size_t r = i * rows + static_cast<std::size_t>(t - t0);
-        attend_block(kn, hs[i], hs[i].q + t * hs[i].qstride, t + (d.S - d.T), u0, u1, causal, d.d, scale,
-                     transpose ? kt : nullptr, s, st[r], acc + r * D);
+    // Rows by (head, row) in turn; with a transposed block, four at a time while four are left.
+    const auto row = [&](std::size_t r) {
+      const std::size_t i = r / rows;
+      const std::int64_t t = t0 + static_cast<std::int64_t>(r % rows);
+      return RowRef{&hs[i], hs[i].q + t * hs[i].qstride, t + (d.S - d.T), &st[r], acc + r * D};
+    };
+    std::size_t r = 0;
+    if (transpose && kn.dots_t4)
+      for (; r + 4 <= nh * rows; r += 4) {
+        const RowRef four[4] = {row(r), row(r + 1), row(r + 2), row(r + 3)};
+        attend_block4(kn, four, u0, u1, causal, d.d, scale, kt, s);
       }
+    for (; r < nh * rows; ++r) {
+      const RowRef one = row(r);
+      attend_block(kn, *one.h, one.q, one.qs, u0, u1, causal, d.d, scale, transpose ? kt : nullptr, s, *one.st, one.acc);
+    }
   }
 }
 
@@ -179,8 +226,8 @@ void attention_split_keys(const Ctx& c, ops::Inputs in, const TensorView& out, c
   std::vector<float> acc(static_cast<std::size_t>(tasks) * per_task * D, 0.0f);
   std::vector<RowState> st(static_cast<std::size_t>(tasks) * per_task);
   const auto threads = static_cast<std::size_t>(c.pool.size());
-  // Per worker: kKb scores, then room for a transposed key block.
-  std::vector<std::vector<float>> scores(threads, std::vector<float>(static_cast<std::size_t>(kKb + d.d * kKeysT)));
+  // Per worker: four rows' kKb scores, then room for a transposed key block.
+  std::vector<std::vector<float>> scores(threads, std::vector<float>(static_cast<std::size_t>(4 * kKb + d.d * kKeysT)));
   std::vector<std::vector<Head>> heads(threads);
   c.pool.run(tasks, [&](std::int64_t task, int worker) {
     const std::int64_t run = task % runs, g = task / runs % d.nkv, b = task / runs / d.nkv;
@@ -191,7 +238,7 @@ void attention_split_keys(const Ctx& c, ops::Inputs in, const TensorView& out, c
     const auto at = static_cast<std::size_t>(task) * per_task;
     float* s = scores[static_cast<std::size_t>(worker)].data();
     visit_keys(c.k, hs, d, causal, 0, d.T, k0, std::min(d.S, k0 + kKeysPerTask), acc.data() + at * D, st.data() + at, s,
-               s + kKb);
+               s + 4 * kKb);
   });
   std::vector<Head> hs;
   for (std::int64_t bg = 0; bg < d.B * d.nkv; ++bg) {
@@ -232,7 +279,7 @@ void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& ou
     // merged as the decode path merges them: the same arithmetic for a row whatever T is.
     const std::int64_t f = first_key(d, in, b), runs = std::max<std::int64_t>(1, (d.S - f + kKeysPerTask - 1) / kKeysPerTask);
     const std::size_t per = hs.size() * rows;
-    buf.assign(static_cast<std::size_t>(runs) * per * D + kKb + static_cast<std::size_t>(d.d * kKeysT), 0.0f);
+    buf.assign(static_cast<std::size_t>(runs) * per * D + 4 * kKb + static_cast<std::size_t>(d.d * kKeysT), 0.0f);
     st.assign(static_cast<std::size_t>(runs) * per, RowState{});
     // Keys past the last row's slot are never allowed under the causal rule.
     const std::int64_t kend = n.params.causal ? std::min(d.S, t1 - 1 + (d.S - d.T) + 1) : d.S;
@@ -241,7 +288,7 @@ void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& ou
       const std::int64_t k0 = f + i * kKeysPerTask, k1 = std::min(kend, k0 + kKeysPerTask);
       const std::size_t at = static_cast<std::size_t>(i) * per;
       if (k0 < k1)
-        visit_keys(c.k, hs, d, n.params.causal, t0, t1, k0, k1, buf.data() + at * D, st.data() + at, scores, scores + kKb);
+        visit_keys(c.k, hs, d, n.params.causal, t0, t1, k0, k1, buf.data() + at * D, st.data() + at, scores, scores + 4 * kKb);
     }
     merge_runs(c.k, runs, per, d.d, buf.data(), st.data());
     write_rows(hs, d.d, t0, t1, buf.data(), st.data());

@@ -406,10 +406,11 @@ TEST(Threaded, LinearRowsAcrossXPanelsAreTheRowAlone) {
 // more than one run of 256, causal (Qwen) and bidirectional (Dream); and a decode step (one query)
 // over its keys alone and behind padding.
 // A prefill's rows go through the transposed-keys dot products (many rows share a key block), a
-// one-query step through the per-key ones: d = 40 covers a head size that is not whole vectors.
+// one-query step through the per-key ones (four rows at a time in both kernels): d = 40 is a head
+// size that is not whole vectors, d = 128 (Dream-7B's, LLaDA's) takes the weighted sum in two slabs.
 TEST(Threaded, AttentionRowsDoNotDependOnTheirBatch) {
   const std::int64_t nh = 4, nkv = 2;
-  for (const std::int64_t d : {64, 40})
+  for (const std::int64_t d : {64, 40, 128})
   for (const bool causal : {true, false})
     for (const std::int64_t L : {5, 16, 17, 100, 300}) {
       const std::int64_t pad = 37, S = L + pad;  // the batch is as wide as its other, longer prompt
