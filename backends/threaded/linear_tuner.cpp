@@ -20,6 +20,11 @@ std::int64_t LinearTuner::row_class(std::int64_t M) {
   return 2 * e + (upper ? 1 : 0);
 }
 
+bool LinearTuner::Times::settled() const {
+  if (trials[0] >= kTrials && trials[1] >= kTrials) return true;
+  return first >= 0 && trials[0] >= 1 && trials[1] >= 1 && best[1 - first] > kClear * best[first];
+}
+
 LinearTuner::Key LinearTuner::key(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes) {
   // w_bytes is 4, 2 or 1.125 (q8): eighths are exact.
   return {row_class(M), K, N, std::llround(w_bytes * 8)};
@@ -33,20 +38,22 @@ LinearTuner::Pick LinearTuner::pick(std::int64_t M, std::int64_t K, std::int64_t
   if (it == times_.end()) return {predicted, true};
   const Times& t = it->second;
   const int p = index(predicted), o = 1 - p;
-  if (t.trials[p] < kTrials || t.trials[o] < kTrials)  // the path with fewer trials; the prediction on a tie
+  if (!t.settled())  // the path with fewer trials; the prediction on a tie
     return {t.trials[o] < t.trials[p] ? other(predicted) : predicted, true};
-  return {t.best[o] < t.best[p] ? other(predicted) : predicted, false};
+  if (t.trials[0] < kTrials || t.trials[1] < kTrials) return {t.first == 0 ? LinearPath::gemv : LinearPath::gemm, false};
+  return {t.best[o] < t.best[p] ? other(predicted) : predicted, false};  // a tie keeps the prediction
 }
 
 bool LinearTuner::record(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes, LinearPath path,
                          double seconds) {
   const std::lock_guard<std::mutex> lock(mu_);
   Times& t = times_[key(M, K, N, w_bytes)];
-  const bool was_open = t.trials[0] < kTrials || t.trials[1] < kTrials;
+  const bool was_open = !t.settled();
   const int i = index(path);
+  if (t.first < 0) t.first = i;
   t.best[i] = t.trials[i] == 0 ? seconds : std::min(t.best[i], seconds);
   ++t.trials[i];
-  return was_open && t.trials[0] >= kTrials && t.trials[1] >= kTrials;
+  return was_open && t.settled();
 }
 
 std::pair<double, double> LinearTuner::best(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes) const {

@@ -8,7 +8,10 @@
 // of each shape class alternate the two paths, the model's pick first, each timed; from then on
 // the class takes the path with the shorter best time. Best, not mean: a call slowed by a page
 // fault or another process only ever adds time. The cost is at most kTrials calls on the slower
-// path per class and backend: a forward repeats each shape once per layer.
+// path per class and backend: a forward repeats each shape once per layer, but the LM head only once
+// a forward, so its trials take four forwards. So a class settles after one trial of each path when
+// the first path (the model's pick, timed first and so the coldest: its weights may still be faulting
+// in) beat the other by kClear: a cold start can only make it look slower, never faster.
 // Plain C++ (no sonde headers) so that the unit test can link it alone.
 #include <cstdint>
 #include <map>
@@ -23,6 +26,7 @@ namespace sonde::threaded {
 class LinearTuner {
  public:
   static constexpr int kTrials = 2;  // timed calls per path before a class settles
+  static constexpr double kClear = 1.2;  // the other path's first trial this much slower: settled
 
   struct Pick {
     LinearPath path;
@@ -47,6 +51,8 @@ class LinearTuner {
   struct Times {
     double best[2] = {0, 0};  // by LinearPath; 0: no trial yet
     int trials[2] = {0, 0};
+    int first = -1;  // the path of the first trial (the model's pick)
+    bool settled() const;  // by kTrials of each, or early by kClear
   };
   static Key key(std::int64_t M, std::int64_t K, std::int64_t N, double w_bytes);
   mutable std::mutex mu_;

@@ -325,7 +325,7 @@ void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, 
   const double wb = weight_bytes(in[1].dtype, q8 != nullptr);
   if (c.tuner->record(d.M, d.K, d.N, wb, p.path, s)) {
     const auto [gemv_s, gemm_s] = c.tuner->best(d.M, d.K, d.N, wb);
-    spdlog::debug("backend threaded: Linear {} x {} x {} (rows class {}): gemv {:.3f} ms, gemm {:.3f} ms, best of {}: {}",
+    spdlog::debug("backend threaded: Linear {} x {} x {} (rows class {}): gemv {:.3f} ms, gemm {:.3f} ms, best of up to {}: {}",
                   d.M, d.K, d.N, LinearTuner::row_class(d.M), gemv_s * 1e3, gemm_s * 1e3, LinearTuner::kTrials,
                   gemm_s < gemv_s ? "gemm" : "gemv");
   }

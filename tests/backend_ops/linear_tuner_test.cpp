@@ -28,7 +28,8 @@ TEST(LinearTuner, AlternatesFromThePredictionThenKeepsTheFasterBest) {
   LinearTuner t;
   const auto next = [&] { return t.pick(256, 3584, 18944, 2, kTunerGemv); };
   // Trials: gemv, gemm, gemv, gemm (the prediction first, then the path with fewer trials).
-  const double seconds[] = {0.30, 0.26, 0.21, 0.24};  // gemv's best 0.21 < gemm's 0.24
+  // gemv's best 0.23 < gemm's 0.24, never 1.2x apart (which would settle early, next test).
+  const double seconds[] = {0.30, 0.26, 0.23, 0.24};
   const LinearPath expected[] = {kTunerGemv, kTunerGemm, kTunerGemv, kTunerGemm};
   for (int i = 0; i < 4; ++i) {
     const LinearTuner::Pick p = next();
@@ -38,12 +39,34 @@ TEST(LinearTuner, AlternatesFromThePredictionThenKeepsTheFasterBest) {
   }
   for (int i = 0; i < 3; ++i) {
     const LinearTuner::Pick p = next();
-    EXPECT_EQ(p.path, kTunerGemv);  // 0.21 against 0.24: the best, though gemv's mean is the larger
+    EXPECT_EQ(p.path, kTunerGemv);  // 0.23 against 0.24: the best, though gemv's mean is the larger
     EXPECT_FALSE(p.timed);
   }
   const auto [gemv_s, gemm_s] = t.best(256, 3584, 18944, 2);
-  EXPECT_DOUBLE_EQ(gemv_s, 0.21);
+  EXPECT_DOUBLE_EQ(gemv_s, 0.23);
   EXPECT_DOUBLE_EQ(gemm_s, 0.24);
+}
+
+TEST(LinearTuner, APredictionClearlyFasterOnItsFirstTrialSettlesAtOnce) {
+  LinearTuner t;
+  // gemv (the prediction, timed first) 0.10 s, gemm 0.125 s: more than 1.2x slower, settled.
+  EXPECT_FALSE(t.record(64, 896, 151936, 2, t.pick(64, 896, 151936, 2, kTunerGemv).path, 0.10));
+  const LinearTuner::Pick second = t.pick(64, 896, 151936, 2, kTunerGemv);
+  EXPECT_EQ(second.path, kTunerGemm);
+  EXPECT_TRUE(t.record(64, 896, 151936, 2, second.path, 0.125));
+  const LinearTuner::Pick after = t.pick(64, 896, 151936, 2, kTunerGemv);
+  EXPECT_EQ(after.path, kTunerGemv);
+  EXPECT_FALSE(after.timed);
+  // Not so when the other path looks faster (the first trial may have been slowed by a cold start),
+  // nor within the margin: both go on to kTrials each.
+  for (const double other : {0.08, 0.115}) {
+    LinearTuner u;
+    u.record(64, 896, 151936, 2, u.pick(64, 896, 151936, 2, kTunerGemv).path, 0.10);
+    EXPECT_FALSE(u.record(64, 896, 151936, 2, u.pick(64, 896, 151936, 2, kTunerGemv).path, other)) << other;
+    const LinearTuner::Pick third = u.pick(64, 896, 151936, 2, kTunerGemv);
+    EXPECT_TRUE(third.timed) << other;
+    EXPECT_EQ(third.path, kTunerGemv) << other;
+  }
 }
 
 TEST(LinearTuner, TheMeasurementOverridesThePrediction) {
