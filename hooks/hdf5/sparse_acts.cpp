@@ -76,13 +76,17 @@ std::function<void()> SparseActs::prepare(const std::string& hook, const TensorV
   const std::int64_t n = rows.shape[0], cols = a.hook.row_shape.at(0);
   if (rows.shape.rank != 2 || rows.shape[1] != cols || !is_float(rows.dtype))
     runtime_error("HDF5 sink: hook '{}' got rows {} {}, expected [N, {}] floats", hook, dtype_name(rows.dtype), rows.shape.str(), cols);
-  const Tensor dense = to_f32(rows);
+  // f32 rows are cut where they are (write_captured's are contiguous), as to_storage does: a copy
+  // first would write and read again 64 KB a row for a 16,384-feature SAE.
+  const bool as_is = rows.dtype == DType::f32 && rows.contiguous();
+  const Tensor copy = as_is ? Tensor() : to_f32(rows);
+  const float* dense = as_is ? rows.as<const float>() : copy.data<float>();
   auto ptr = std::make_shared<std::vector<std::int64_t>>();
   auto idx = std::make_shared<std::vector<std::int32_t>>();
   std::vector<float> vals;
   std::vector<std::int32_t> row_idx;
   for (std::int64_t r = 0; r < n; ++r) {
-    const float* row = dense.data<float>() + r * cols;
+    const float* row = dense + r * cols;
     sparse_row_entries(row, cols, a.top_k, row_idx);
     for (auto j : row_idx) {
       idx->push_back(j);
