@@ -5,7 +5,7 @@
 //     largest is below it;
 //  2. the row read again (from L2): each value at or above the bar is a candidate, its index
 //     compress-stored and its relu written, every other output zero (~73 candidates of 16,384
-//     Gaussian values for k = 64), the output streamed past the cache (non-temporal stores);
+//     Gaussian values for k = 64);
 //  3. the k best candidates by (value order, lower index first), the others' outputs zeroed again:
 //     the choice of ops::top_k_indices and of the reference (ties keep the lower index), so the
 //     output is theirs bit for bit, whatever the other rows.

@@ -15,7 +15,6 @@ constexpr std::int64_t kTopKGroups = 256;  // group g: the values at j = g mod 2
 std::int32_t topk_bar_avx512(const float* row, std::int64_t N, std::int64_t k, int steps);
 // Pass 2: out[j] = 0 for every j < N, except out[j] = max(row[j], 0) where float_order(row[j])
 // >= bar, whose indices j (ascending) are written to cand (room for N + 16): returns how many.
-// A 64-byte aligned out is written with non-temporal stores (fenced before the return).
 std::int64_t topk_candidates_avx512(const float* row, std::int64_t N, std::int32_t bar, float* out, std::int32_t* cand);
 
 }  // namespace sonde::threaded

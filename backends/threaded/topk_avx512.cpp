@@ -61,12 +61,9 @@ std::int32_t topk_bar_avx512(const float* row, i64 N, i64 k, int steps) {
   return static_cast<std::int32_t>(lo);
 }
 
-namespace {
-
 // A compare, a compress of the lane indices and a masked store of the kept values a vector; most
 // vectors have no candidate and store zeros.
-template <bool kStream>
-i64 candidates(const float* row, i64 N, std::int32_t bar, float* out, std::int32_t* cand) {
+i64 topk_candidates_avx512(const float* row, i64 N, std::int32_t bar, float* out, std::int32_t* cand) {
   const __m512i b = _mm512_set1_epi32(bar);
   const __m512i step = _mm512_set1_epi32(16);
   const __m512 zero = _mm512_setzero_ps();
@@ -77,9 +74,7 @@ i64 candidates(const float* row, i64 N, std::int32_t bar, float* out, std::int32
     const __mmask16 pass = _mm512_cmpge_epi32_mask(order16(s), b);
     // max(v, 0) where passing: +0 for v <= 0 and for NaN (as v > 0 ? v : 0 gives), v above 0.
     const __mmask16 pos = _mm512_mask_cmp_ps_mask(pass, _mm512_castsi512_ps(s), zero, _CMP_GT_OQ);
-    const __m512 v = _mm512_maskz_mov_ps(pos, _mm512_castsi512_ps(s));
-    if constexpr (kStream) _mm512_stream_ps(out + j, v);
-    else _mm512_storeu_ps(out + j, v);
+    _mm512_storeu_ps(out + j, _mm512_maskz_mov_ps(pos, _mm512_castsi512_ps(s)));
     if (pass) {
       _mm512_storeu_si512(cand + n, _mm512_maskz_compress_epi32(pass, idx));
       n += __builtin_popcount(pass);
@@ -91,21 +86,7 @@ i64 candidates(const float* row, i64 N, std::int32_t bar, float* out, std::int32
     out[j] = keep && row[j] > 0.0f ? row[j] : 0.0f;
     if (keep) cand[n++] = static_cast<std::int32_t>(j);
   }
-  // The streamed lines are visible before the losers are zeroed and before another thread reads them.
-  if constexpr (kStream) _mm_sfence();
   return n;
-}
-
-}  // namespace
-
-// The output row goes out with non-temporal stores when it is 64-byte aligned (the executor's
-// buffers are; rows are when N is a multiple of 16): a plain store brings each line of the cold
-// output buffer into the cache first, a third stream of memory traffic beside the row's read and
-// the write.
-// Zen 4 (2 vCPUs, in the qwen2.5-0.5b forward): the TopK node 0.0060-0.0064 -> 0.0040-0.0045 ms a row.
-i64 topk_candidates_avx512(const float* row, i64 N, std::int32_t bar, float* out, std::int32_t* cand) {
-  if (reinterpret_cast<std::uintptr_t>(out) % 64 == 0) return candidates<true>(row, N, bar, out, cand);
-  return candidates<false>(row, N, bar, out, cand);
 }
 
 }  // namespace sonde::threaded
