@@ -4,6 +4,7 @@
 // and step, and its taps are cut back into each request's own rows.
 #include <sonde/engine.h>
 #include <sonde/error.h>
+#include <sonde/log.h>
 
 #include "engine_internal.h"
 #include "engine_kv.h"
@@ -145,11 +146,23 @@ void Engine::serve(std::vector<EngineSeq*>& parked) {
   std::vector<PendingRow> rows;
   std::vector<EngineSeq*> prompted;
   order_prompts(prefill);
+  const bool tracing = spdlog::should_log(spdlog::level::trace);
+  const double t_prefill = now();
   guarded(prefill, [&](auto& g) { serve_prefill(g, prompted, rows); });
   for (EngineSeq* s : prefill)
     if (s->fail && std::find(prompted.begin(), prompted.end(), s) == prompted.end()) prompted.push_back(s);
   release(prompted);
+  const double t_decode = now();
   guarded(decode, [&](auto& g) { serve_decode(g); });
+  if (tracing) {
+    std::string order, done_now;
+    for (const EngineSeq* s : prefill)
+      order += fmt::format(" {}:{}/{}", s->req.id, s->staged.filled, s->post.tokens);
+    for (const EngineSeq* s : prompted) done_now += " " + s->req.id;
+    spdlog::trace("engine step {}: prompts in order (id:filled/tokens){}; first tokens released:{}; prefill {:.1f} ms "
+                  "(released at {:.3f} s), decode {} rows {:.1f} ms", counts_.steps, order, done_now,
+                  1e3 * (t_decode - t_prefill), t_decode, decode.size(), 1e3 * (now() - t_decode));
+  }
   done.insert(done.end(), decode.begin(), decode.end());
   guarded(full, [&](auto& g) { serve_full(g); });
   done.insert(done.end(), full.begin(), full.end());
