@@ -190,6 +190,9 @@ Engine::Engine(EngineModel& model, EngineOptions options) : model_(model), optio
     const std::int64_t slack = options_.max_context / 4 + 16;
     kv_ = std::make_unique<KvRows>(model_.new_cache(options_.slots, options_.max_context + slack), slack);
   }
+  // The clock starts when the engine can take requests: zeroing the shared cache (258 MB for 16
+  // slots of qwen2.5-0.5b at a context of 512, 0.14 s on a loaded host) is not a request's wait.
+  t0_ = steady_seconds();
 }
 
 Engine::~Engine() {
