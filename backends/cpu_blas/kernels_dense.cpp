@@ -86,18 +86,17 @@ void silu_mul(const Node& n, ops::Inputs in, const TensorView& out) {
 namespace sonde::cpu_blas {
 
 // out[b] = a[b] followed by b[b], one memcpy per block. A block already in place (the KV cache's
-// past keys when the output is placed in the cache) is not copied onto itself.
+// past keys when the output is placed in the cache) is not copied onto itself. The output's rows
+// may lie apart (op_checks.h: dense within each outer index).
 void concat(const Node& n, ops::Inputs in, const TensorView& out) {
   const auto blk = ops::check_concat(n, in, out);
   const std::size_t es = dtype_size(out.dtype);
-  auto* y = static_cast<std::byte*>(out.data);
   for (std::int64_t o = 0; o < blk.outer; ++o) {
+    auto* y = static_cast<std::byte*>(out.data) + static_cast<std::size_t>(o * out.strides[0]) * es;
     const auto na = static_cast<std::size_t>(blk.a_block) * es, nb = static_cast<std::size_t>(blk.b_block) * es;
     const auto* a = static_cast<const std::byte*>(in[0].data) + static_cast<std::size_t>(o) * na;
     if (na && a != y) std::memcpy(y, a, na);
-    y += na;
-    if (nb) std::memcpy(y, static_cast<const std::byte*>(in[1].data) + static_cast<std::size_t>(o) * nb, nb);
-    y += nb;
+    if (nb) std::memcpy(y + na, static_cast<const std::byte*>(in[1].data) + static_cast<std::size_t>(o) * nb, nb);
   }
 }
 

@@ -148,13 +148,14 @@ namespace sonde::reference {
 
 // out[b] = a[b] followed by b[b]: row blocks copied as bytes (any dtype, no rounding). When the
 // output is placed over a (the KV cache), a's block copies onto itself, byte by byte: harmless.
+// The output's rows may lie apart (op_checks.h: dense within each outer index).
 void concat(const Node& n, ops::Inputs in, const TensorView& out) {
   const auto blk = ops::check_concat(n, in, out);
   const std::size_t es = dtype_size(out.dtype);
-  auto* y = static_cast<std::byte*>(out.data);
   const auto* a = static_cast<const std::byte*>(in[0].data);
   const auto* b = static_cast<const std::byte*>(in[1].data);
   for (std::int64_t o = 0; o < blk.outer; ++o) {
+    auto* y = static_cast<std::byte*>(out.data) + static_cast<std::size_t>(o * out.strides[0]) * es;
     for (std::int64_t i = 0; i < blk.a_block * static_cast<std::int64_t>(es); ++i) *y++ = a[o * blk.a_block * static_cast<std::int64_t>(es) + i];
     for (std::int64_t i = 0; i < blk.b_block * static_cast<std::int64_t>(es); ++i) *y++ = b[o * blk.b_block * static_cast<std::int64_t>(es) + i];
   }

@@ -163,14 +163,15 @@ void write_rows(const std::vector<Head>& hs, std::int64_t d, std::int64_t t0, st
     }
 }
 
-// The heads of kv head g (query heads [h0, h1)) of batch row b.
+// The heads of kv head g (query heads [h0, h1)) of batch row b. K and V need only be dense within
+// a batch row: a batch's keys are read where the KV cache holds them, rows strides[0] apart.
 void heads_of(const ops::AttnDims& d, ops::Inputs in, const TensorView& out, std::int64_t b, std::int64_t g,
               std::int64_t h0, std::int64_t h1, std::vector<Head>& hs) {
   hs.clear();
   for (std::int64_t h = h0; h < h1; ++h)
     hs.push_back(Head{in[0].as<const float>() + (b * d.T * d.nh + h) * d.d,
-                      in[1].as<const float>() + (b * d.S * d.nkv + g) * d.d,
-                      in[2].as<const float>() + (b * d.S * d.nkv + g) * d.d,
+                      in[1].as<const float>() + b * in[1].strides[0] + g * d.d,
+                      in[2].as<const float>() + b * in[2].strides[0] + g * d.d,
                       d.mask ? in[3].as<const std::uint8_t>() + b * d.S : nullptr,
                       out.as<float>() + (b * d.T * d.nh + h) * d.d,
                       d.nh * d.d,

@@ -69,8 +69,9 @@ void silu_mul(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out
 
 // Reshape copies the bytes; Concat along dim 1 copies a's then b's block per outer index, except
 // a block already in place (the KV cache's past keys when the output is placed in the cache).
-// Concat's inputs need only be dense within an outer index: a batch's past keys are a view of
-// the cache whose rows are `capacity` slots apart, read in place.
+// Concat's inputs and output need only be dense within an outer index: a batch's past keys are a
+// view of the cache whose rows are `capacity` slots apart, and its output is placed over that
+// view, so only each row's new slots are written.
 void copy_op(const Node& n, ops::Inputs in, const TensorView& out) {
   if (n.op == OpKind::Reshape) {
     ops::check_reshape(n, in, out);
@@ -88,14 +89,12 @@ void copy_op(const Node& n, ops::Inputs in, const TensorView& out) {
   const auto blk = ops::check_concat(n, in, out);
   const std::size_t es = dtype_size(out.dtype);
   const auto na = static_cast<std::size_t>(blk.a_block) * es, nb = static_cast<std::size_t>(blk.b_block) * es;
-  auto* y = static_cast<std::byte*>(out.data);
   for (std::int64_t o = 0; o < blk.outer; ++o) {
+    auto* y = static_cast<std::byte*>(out.data) + static_cast<std::size_t>(o * out.strides[0]) * es;
     const auto* a = static_cast<const std::byte*>(in[0].data) + static_cast<std::size_t>(o * in[0].strides[0]) * es;
     const auto* b = static_cast<const std::byte*>(in[1].data) + static_cast<std::size_t>(o * in[1].strides[0]) * es;
     if (na && a != y) std::memcpy(y, a, na);
-    y += na;
-    if (nb) std::memcpy(y, b, nb);
-    y += nb;
+    if (nb) std::memcpy(y + na, b, nb);
   }
 }
 

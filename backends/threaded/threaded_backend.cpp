@@ -68,11 +68,15 @@ struct Prepared {
   std::vector<TensorView> in;
 };
 
-// Dense once the outer index is fixed (the rows of a batch may be apart).
-bool rows_dense(const TensorView& v) {
-  TensorView row = v;
-  if (row.shape.rank > 0) row.shape[0] = 1;
-  return row.contiguous();
+using ops::rows_dense;
+
+// An Attention whose keys and values the kernel reads where they are: f32, each batch row dense
+// (a batch's KV cache rows, `capacity` slots apart), the queries and the mask dense.
+bool attention_in_place(const Node& node, std::span<const TensorView> in) {
+  if (node.op != OpKind::Attention || in.size() < 3) return false;
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if ((i < 3 && in[i].dtype != DType::f32) || !(i == 1 || i == 2 ? rows_dense(in[i]) : in[i].contiguous())) return false;
+  return true;
 }
 
 // A Linear on the GEMV path (few x rows: decode) streams its weight (or its q8 copy) from memory.
@@ -264,6 +268,11 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
   check_supported(node, inputs);
   if (node.op == OpKind::Concat && inputs.size() == 2 && rows_dense(inputs[0]) && rows_dense(inputs[1])) {
     copy_op(node, inputs, out);  // a batch's KV past read in place, not densified first
+    prefetch_next(false, TensorView());
+    return;
+  }
+  if (attention_in_place(node, inputs)) {  // nor copied again for the attention that reads it
+    attention(ctx(), node, inputs, out);
     prefetch_next(false, TensorView());
     return;
   }

@@ -68,13 +68,15 @@ std::int64_t KvRows::remove(std::int64_t row) {
   return moved;
 }
 
-// A decode forward reads every row's first `filled` slots, masked ones included: a batch's past is
-// one strided [rows, filled] view, which the graph's concatenation with the new keys copies whole
-// (only a one-row past is appended in place). Slots before the longest row's start are pure waste,
-// rows x (filled - longest) copied slots a forward, from when the longest row leaves until a longer
-// one comes. Moving the rows back costs one copy of their own slots, sum(len). So the rows move when
-// one forward's waste is at least that move: it pays for itself in that forward, every later one is
-// gained, and no constant of this host or model enters (both sides are copies of the same slots).
+// A decode forward's past is one strided [rows, filled] view of the cache, masked slots included.
+// The new slot is written into the cache in place and the threaded attention reads that view where
+// it is, from each row's first allowed key, so there the masked slots cost nothing. A backend that
+// densifies a strided input first (reference, cpu-blas) copies them: rows x (filled - longest)
+// wasted slots a forward, from when the longest row leaves until a longer one comes. Moving the
+// rows back costs one copy of their own slots, sum(len). So the rows move when one forward's waste
+// is at least that move: on those backends it pays for itself in that forward; on threaded it is
+// a copy of the rows' own slots at the rare step the rule fires (when the longest row leaves far
+// ahead of the others).
 void KvRows::reserve_one() {
   if (len_.empty()) return;
   const std::int64_t longest = *std::max_element(len_.begin(), len_.end());

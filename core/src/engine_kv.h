@@ -8,7 +8,8 @@
 // layout would need a gather for. When `filled` reaches the capacity, every row moves back so
 // that the longest ends at its own length (compaction); the capacity's slack past max_context
 // bounds how often that happens (at most once every `slack` steps). They also move back before a
-// decode forward whose copy of the masked slots would cost more than the move (reserve_one).
+// decode forward whose masked slots, were they copied (a backend that densifies a strided past),
+// would cost more than the move (reserve_one).
 #include <sonde/session.h>
 
 #include <cstdint>

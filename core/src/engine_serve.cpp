@@ -4,6 +4,7 @@
 // and step, and its taps are cut back into each request's own rows.
 #include <sonde/engine.h>
 #include <sonde/error.h>
+#include <sonde/log.h>
 
 #include "engine_internal.h"
 #include "engine_kv.h"
@@ -138,18 +139,38 @@ void Engine::serve(std::vector<EngineSeq*>& parked) {
       for (EngineSeq* s : group) s->fail = std::current_exception();
     }
   };
-  // Prompts first, and their loops released at once: a new request samples its first token while
-  // the running rows' decode forward runs, so its time to first token is its prefill, not its
-  // prefill plus everyone's step. Its row joins the shared cache after that forward, which must not
+  // Prompts first, and their loops released as each forward of prompts ends: a new request samples
+  // its first token while the next forward runs (another prompt's chunk, the running rows' decode),
+  // so its time to first token is its prefill, not its prefill plus the rest of the step. Its row joins the shared cache after that forward, which must not
   // see it (the loop posts its next forward for the next step, so the row is there by then).
   std::vector<PendingRow> rows;
-  std::vector<EngineSeq*> prompted;
+  std::vector<EngineSeq*> prompted;  // released by serve_prefill as each forward ends
   order_prompts(prefill);
-  guarded(prefill, [&](auto& g) { serve_prefill(g, prompted, rows); });
-  for (EngineSeq* s : prefill)
-    if (s->fail && std::find(prompted.begin(), prompted.end(), s) == prompted.end()) prompted.push_back(s);
-  release(prompted);
+  const bool tracing = spdlog::should_log(spdlog::level::trace);
+  std::string order;  // --log-level trace: the prompts' order, before their loops run again
+  if (tracing)
+    for (const EngineSeq* s : prefill) order += fmt::format(" {}:{}/{}", s->req.id, s->staged.filled, s->post.tokens);
+  const double t_prefill = now();
+  try {
+    serve_prefill(prefill, prompted, rows);
+  } catch (...) {  // a request released already has its result and runs on: it is not failed
+    std::vector<EngineSeq*> failed;
+    for (EngineSeq* s : prefill)
+      if (std::find(prompted.begin(), prompted.end(), s) == prompted.end()) {
+        s->fail = std::current_exception();
+        failed.push_back(s);
+      }
+    release(failed);
+  }
+  const double t_decode = now();
   guarded(decode, [&](auto& g) { serve_decode(g); });
+  if (tracing) {
+    std::string done_now;
+    for (const EngineSeq* s : prompted) done_now += " " + s->req.id;
+    spdlog::trace("engine step {}: prompts in order (id:staged/tokens){}; first tokens released:{}; prefill {:.1f} ms "
+                  "(done at {:.3f} s), decode {} rows {:.1f} ms", counts_.steps, order, done_now,
+                  1e3 * (t_decode - t_prefill), t_decode, decode.size(), 1e3 * (now() - t_decode));
+  }
   done.insert(done.end(), decode.begin(), decode.end());
   guarded(full, [&](auto& g) { serve_full(g); });
   done.insert(done.end(), full.begin(), full.end());
@@ -318,10 +339,10 @@ void Engine::serve_prefill(std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*
     auto staged = std::make_shared<KvCache>(model_.new_cache(in.batch, in.tokens));
     const Tensor logits = run_forward(in, staged.get(), nullptr, batch, pad, tokens, false);
     split_logits(logits, batch, pad, in.tokens);
-    for (std::size_t r = 0; r < batch.size(); ++r) {
-      rows.push_back({batch[r], staged, static_cast<std::int64_t>(r), pad[r], tokens[r]});
-      prompted.push_back(batch[r]);
-    }
+    for (std::size_t r = 0; r < batch.size(); ++r) rows.push_back({batch[r], staged, static_cast<std::int64_t>(r), pad[r], tokens[r]});
+    // Their first tokens go out now, not after the chunk forward below: it is not theirs to wait for.
+    release(whole);
+    prompted.insert(prompted.end(), whole.begin(), whole.end());
   }
   if (i == seqs.size() || budget <= 0) return;
   EngineSeq* s = seqs[i];
@@ -351,6 +372,7 @@ void Engine::serve_prefill(std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*
   s->result = std::move(out);
   rows.push_back({s, std::make_shared<KvCache>(std::move(s->staged)), 0, 0, p.tokens});
   s->staged = KvCache{};
+  release({s});
   prompted.push_back(s);
 }
 

@@ -7,7 +7,8 @@
 
 namespace sonde {
 
-void ExecProfile::add(const Graph& g, const Node& node, double seconds, double tap_seconds, int tapped, bool sibling) {
+void ExecProfile::add(const Graph& g, const Node& node, double seconds, double tap_seconds, int tapped, bool sibling,
+                      bool placed) {
   const double flops = node.op == OpKind::Linear && !node.inputs.empty()
                            ? 2.0 * static_cast<double>(node.shape.numel()) *
                                  static_cast<double>(g.nodes[static_cast<std::size_t>(node.inputs[0])].shape.last())
@@ -30,6 +31,7 @@ void ExecProfile::add(const Graph& g, const Node& node, double seconds, double t
   t.tap_seconds += tap_seconds;
   t.flops += flops;
   t.sibling = sibling;
+  t.placed += placed ? 1 : 0;
 }
 
 void ExecProfile::count_run() {

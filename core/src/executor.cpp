@@ -4,6 +4,7 @@
 #include <sonde/error.h>
 #include <sonde/executor.h>
 #include <sonde/log.h>
+#include <sonde/op_checks.h>
 
 #include <algorithm>
 #include <chrono>
@@ -145,9 +146,13 @@ std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::s
   std::vector<Tensor> owned(g.nodes.size());
   std::vector<TensorView> value(g.nodes.size());
   std::vector<char> is_placed(g.nodes.size(), 0);
+  // A Concat's output need only be dense within each outer index (op_checks.h), so a batch's
+  // keys and values go into the KV cache's rows, `capacity` slots apart, and its past stays put.
   for (const auto& [id, view] : placed) {
     const auto i = static_cast<std::size_t>(id);
-    if (i < g.nodes.size() && view.contiguous() && view.shape == g.nodes[i].shape && view.dtype == g.nodes[i].dtype) {
+    if (i >= g.nodes.size()) continue;
+    const bool dense = view.contiguous() || (g.nodes[i].op == OpKind::Concat && ops::rows_dense(view));
+    if (dense && view.shape == g.nodes[i].shape && view.dtype == g.nodes[i].dtype) {
       value[i] = view;
       is_placed[i] = 1;
     }
@@ -224,7 +229,7 @@ std::map<std::string, Tensor> Executor::run(const Plan& p, const std::map<std::s
       if (tap)
         for (const auto& name : p.taps[i]) tap(name, value[i]);
       const int tapped = tap ? static_cast<int>(p.taps[i].size()) : 0;
-      profile->add(g, node, op, tapped ? seconds_since(t1) : 0.0, tapped, sibling_seconds[i] >= 0);
+      profile->add(g, node, op, tapped ? seconds_since(t1) : 0.0, tapped, sibling_seconds[i] >= 0, is_placed[i] != 0);
     }
     if (p.last_use[i] < 0) owned[i] = Tensor();  // tapped only: nobody reads it later
     // Free inputs whose last reader was this step.

@@ -127,8 +127,9 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
     feeds[info_.past_v[i]] = past_view(cache.v[i], P, in.batch);
   }
   // Each layer's keys and values, past then new, are written where they belong: the cache's
-  // first P + T slots (the executor takes the view when it is contiguous, i.e. for one row), so
-  // the past is not copied again every step.
+  // first P + T slots of each row (a strided view for a batch: a Concat's output need only be
+  // dense within a row), so the past is not copied again every step, nor densified for the
+  // attention on a backend that reads a strided past (threaded).
   std::vector<Tensor> edit_storage;
   if (!edits_.empty())
     edit_feeds(edits_, in.edit ? *in.edit : EditCall{}, in.batch, T, P, in.positions, in.mask, edit_storage, feeds);

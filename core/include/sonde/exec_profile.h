@@ -27,12 +27,15 @@ struct NodeTime {
   double flops = 0;           // a Linear's 2 x rows x K x N, summed over its runs; 0 for other ops
   bool sibling = false;       // ran in one call with its sibling Linears (Plan::siblings): `seconds`
                               // is its share of the call, by output elements (equal rows and K)
+  std::int64_t placed = 0;    // runs that wrote into the caller's memory (Executor::run's placed
+                              // outputs: a KV concat into the cache, its past not copied)
 };
 
 class ExecProfile {
  public:
   // One run of node `node` of `g`: op time and tap time (0 and tapped = 0 when it was not tapped).
-  void add(const Graph& g, const Node& node, double seconds, double tap_seconds, int tapped, bool sibling);
+  void add(const Graph& g, const Node& node, double seconds, double tap_seconds, int tapped, bool sibling,
+           bool placed = false);
   void count_run();
   void clear();
   std::int64_t runs() const;  // Executor::run calls recorded

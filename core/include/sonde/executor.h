@@ -43,8 +43,9 @@ class Executor {
   Plan plan(const Graph& g, const std::vector<std::string>& outputs, const Wants& wants) const;
   // `feeds`: the Input nodes by ref name. Returns the requested outputs. `placed`: nodes whose
   // output is to be written into the caller's memory (node id, view), as the KV cache's keys
-  // and values are; a view that is not contiguous or not of the node's shape and dtype is
-  // ignored and the node gets its own buffer, as do all others.
+  // and values are; a view that is not of the node's shape and dtype, or not contiguous (for a
+  // Concat: not dense within each outer index, op_checks.h), is ignored and the node gets its own
+  // buffer, as do all others.
   std::map<std::string, Tensor> run(const Plan& plan, const std::map<std::string, TensorView>& feeds,
                                     const Tap& tap, std::span<const std::pair<int, TensorView>> placed = {}) const;
   // Later runs add each node's wall time to `profile` (null: none, the default). Set it between

@@ -202,7 +202,17 @@ inline std::int64_t check_binary(const Node& n, Inputs in, const TensorView& out
   return in[0].numel();
 }
 
-// Concat along dim 1: returns {outer = B, a_block = P*inner, b_block = T*inner} in elements.
+// Dense once the outer index is fixed: the rows of a batch may lie apart (a KV cache's rows are
+// `capacity` slots apart), each row itself dense.
+inline bool rows_dense(const TensorView& v) {
+  TensorView row = v;
+  if (row.shape.rank > 0) row.shape[0] = 1;
+  return row.contiguous();
+}
+
+// Concat along dim 1: returns {outer = B, a_block = P*inner, b_block = T*inner} in elements. Its
+// output, like its inputs, need only be dense within each outer index: a batch's keys are written
+// into the KV cache in place (Executor::run's placed outputs), row o at out.strides[0] * o.
 struct ConcatBlocks {
   std::int64_t outer, a_block, b_block;
 };
@@ -215,7 +225,9 @@ inline ConcatBlocks check_concat(const Node& n, Inputs in, const TensorView& out
   if (!ok) fail(n, "concat needs equal dtypes and shapes except dim 1: {} and {}", a.str(), b.str());
   Shape o = a;
   o[1] = a[1] + b[1];
-  expect_out(n, out, o, in[0].dtype);
+  if (out.shape != o || out.dtype != in[0].dtype)
+    fail(n, "output buffer is {} {}, expected {} {}", dtype_name(out.dtype), out.shape.str(), dtype_name(in[0].dtype), o.str());
+  if (!rows_dense(out)) fail(n, "output buffer {} is not dense within each row", out.shape.str());
   std::int64_t inner = 1;
   for (int i = 2; i < a.rank; ++i) inner *= a[i];
   return {a[0], a[1] * inner, b[1] * inner};
