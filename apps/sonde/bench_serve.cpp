@@ -253,15 +253,10 @@ void engine_client(Engine& e, const Level& L, const std::vector<Req>& pool, std:
 // --profile: the session's model, with each forward's graph nodes timed into the profile of its
 // kind (one-token forwards are the decode steps, the rest prompts), so that a decode forward's
 // wall time (EngineStats) less its nodes' is what it spends outside them.
-class ProfiledModel : public EngineModel {
+class ProfiledModel : public ForwardingEngineModel {
  public:
-  ProfiledModel(Session& s, std::unique_ptr<EngineModel> inner, ServeProfiles& p) : s_(s), inner_(std::move(inner)), p_(p) {}
-  std::int64_t vocab_size() const override { return inner_->vocab_size(); }
-  bool has_kv_cache() const override { return inner_->has_kv_cache(); }
-  bool has_slot_cache() const override { return inner_->has_slot_cache(); }
-  KvCache new_cache(std::int64_t batch, std::int64_t capacity) const override { return inner_->new_cache(batch, capacity); }
-  void set_edits(std::vector<Edit> edits) override { inner_->set_edits(std::move(edits)); }
-  bool only_with_logits(const std::string& hook) const override { return inner_->only_with_logits(hook); }
+  ProfiledModel(Session& s, std::unique_ptr<EngineModel> inner, ServeProfiles& p)
+      : ForwardingEngineModel(std::move(inner)), s_(s), p_(p) {}
   Tensor forward(const EngineBatch& b) override {
     s_.set_profile(b.step.tokens == 1 ? &p_.decode : &p_.prefill);
     Tensor out = inner_->forward(b);
@@ -271,7 +266,6 @@ class ProfiledModel : public EngineModel {
 
  private:
   Session& s_;
-  std::unique_ptr<EngineModel> inner_;
   ServeProfiles& p_;
 };
 

@@ -87,15 +87,9 @@ TEST(KvInPlace, AConcatIntoACachesRowsAndAnAttentionOverThemGiveTheDenseBits) {
 }
 
 // The session's model with each batched decode forward's graph nodes counted in `profile`.
-class Counted : public EngineModel {
+class Counted : public ForwardingEngineModel {
  public:
-  Counted(Session& s, ExecProfile& p) : s_(s), inner_(session_engine_model(s)), p_(p) {}
-  std::int64_t vocab_size() const override { return inner_->vocab_size(); }
-  bool has_kv_cache() const override { return inner_->has_kv_cache(); }
-  bool has_slot_cache() const override { return inner_->has_slot_cache(); }
-  KvCache new_cache(std::int64_t batch, std::int64_t capacity) const override { return inner_->new_cache(batch, capacity); }
-  void set_edits(std::vector<Edit> edits) override { inner_->set_edits(std::move(edits)); }
-  bool only_with_logits(const std::string& hook) const override { return inner_->only_with_logits(hook); }
+  Counted(Session& s, ExecProfile& p) : ForwardingEngineModel(session_engine_model(s)), s_(s), p_(p) {}
   Tensor forward(const EngineBatch& b) override {
     const bool batched_decode = b.step.tokens == 1 && b.step.batch > 1 && b.step.past > 0;
     if (batched_decode) ++batched;
@@ -108,7 +102,6 @@ class Counted : public EngineModel {
 
  private:
   Session& s_;
-  std::unique_ptr<EngineModel> inner_;
   ExecProfile& p_;
 };
 

@@ -67,6 +67,23 @@ class EngineModel {
 
 std::unique_ptr<EngineModel> session_engine_model(Session& session, bool use_kv_cache = true);
 
+// An EngineModel that hands every call to another: wrappers that observe forwards (a profile, a
+// count) override forward() alone.
+class ForwardingEngineModel : public EngineModel {
+ public:
+  explicit ForwardingEngineModel(std::unique_ptr<EngineModel> inner) : inner_(std::move(inner)) {}
+  std::int64_t vocab_size() const override { return inner_->vocab_size(); }
+  bool has_kv_cache() const override { return inner_->has_kv_cache(); }
+  bool has_slot_cache() const override { return inner_->has_slot_cache(); }
+  KvCache new_cache(std::int64_t batch, std::int64_t capacity) const override { return inner_->new_cache(batch, capacity); }
+  Tensor forward(const EngineBatch& in) override { return inner_->forward(in); }
+  void set_edits(std::vector<Edit> edits) override { inner_->set_edits(std::move(edits)); }
+  bool only_with_logits(const std::string& hook) const override { return inner_->only_with_logits(hook); }
+
+ protected:
+  std::unique_ptr<EngineModel> inner_;
+};
+
 struct EngineOptions {
   DecodingKind decoding = DecodingKind::Autoregressive;
   std::int64_t slots = 8;           // sequences running at once (rows of the shared KV cache)
