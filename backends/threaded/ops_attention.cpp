@@ -29,6 +29,8 @@ static_assert(kKb <= kKeysT, "a key block must fit keys_t's layout");
 // rather than folded key by key in dots: the transposition costs about what 8-12 rows' folds
 // do. Decode (a kv head's few query rows) stays on dots; the bits are the same either way.
 constexpr std::size_t kTransposeFromRows = 16;
+// A task's scratch beside its accumulators: four rows' kKb scores, then a transposed key block.
+std::size_t scratch_floats(std::int64_t d) { return static_cast<std::size_t>(4 * kKb + d * kKeysT); }
 
 struct Head {
   const float *q, *k, *v;
@@ -115,10 +117,12 @@ void attend_block4(const Kernels& kn, const RowRef (&rows)[4], std::int64_t u0, 
 // nh / nkv query heads share one read of K and V (at 2k keys, per-head visits re-read 1 MB per
 // head from L3). The next block's K and V lines are prefetched first: the cache is cold here,
 // a gigabyte of weights having streamed through since this layer last read it. acc holds
-// hs.size() * rows * d accumulators and st their states, row-major by (head, row). s holds 4 * kKb
-// scores (four rows' at a time), kt d * kKeysT floats (the transposed block, when enough rows share it).
+// hs.size() * rows * d accumulators and st their states, row-major by (head, row). scratch holds
+// scratch_floats(d) floats: four rows' scores, then the transposed block (when enough rows share it).
 void visit_keys(const Kernels& kn, const std::vector<Head>& hs, const ops::AttnDims& d, bool causal, std::int64_t t0,
-                std::int64_t t1, std::int64_t k0, std::int64_t k1, float* acc, RowState* st, float* s, float* kt) {
+                std::int64_t t1, std::int64_t k0, std::int64_t k1, float* acc, RowState* st, float* scratch) {
+  float* const s = scratch;
+  float* const kt = scratch + 4 * kKb;
   const auto D = static_cast<std::size_t>(d.d), rows = static_cast<std::size_t>(t1 - t0), nh = hs.size();
   const bool transpose = kn.keys_t && nh * rows >= kTransposeFromRows;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.d)));
@@ -227,8 +231,7 @@ void attention_split_keys(const Ctx& c, ops::Inputs in, const TensorView& out, c
   std::vector<float> acc(static_cast<std::size_t>(tasks) * per_task * D, 0.0f);
   std::vector<RowState> st(static_cast<std::size_t>(tasks) * per_task);
   const auto threads = static_cast<std::size_t>(c.pool.size());
-  // Per worker: four rows' kKb scores, then room for a transposed key block.
-  std::vector<std::vector<float>> scores(threads, std::vector<float>(static_cast<std::size_t>(4 * kKb + d.d * kKeysT)));
+  std::vector<std::vector<float>> scores(threads, std::vector<float>(scratch_floats(d.d)));
   std::vector<std::vector<Head>> heads(threads);
   c.pool.run(tasks, [&](std::int64_t task, int worker) {
     const std::int64_t run = task % runs, g = task / runs % d.nkv, b = task / runs / d.nkv;
@@ -238,8 +241,7 @@ void attention_split_keys(const Ctx& c, ops::Inputs in, const TensorView& out, c
     heads_of(d, in, out, b, g, g * group, (g + 1) * group, hs);
     const auto at = static_cast<std::size_t>(task) * per_task;
     float* s = scores[static_cast<std::size_t>(worker)].data();
-    visit_keys(c.k, hs, d, causal, 0, d.T, k0, std::min(d.S, k0 + kKeysPerTask), acc.data() + at * D, st.data() + at, s,
-               s + 4 * kKb);
+    visit_keys(c.k, hs, d, causal, 0, d.T, k0, std::min(d.S, k0 + kKeysPerTask), acc.data() + at * D, st.data() + at, s);
   });
   std::vector<Head> hs;
   for (std::int64_t bg = 0; bg < d.B * d.nkv; ++bg) {
@@ -280,7 +282,7 @@ void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& ou
     // merged as the decode path merges them: the same arithmetic for a row whatever T is.
     const std::int64_t f = first_key(d, in, b), runs = std::max<std::int64_t>(1, (d.S - f + kKeysPerTask - 1) / kKeysPerTask);
     const std::size_t per = hs.size() * rows;
-    buf.assign(static_cast<std::size_t>(runs) * per * D + 4 * kKb + static_cast<std::size_t>(d.d * kKeysT), 0.0f);
+    buf.assign(static_cast<std::size_t>(runs) * per * D + scratch_floats(d.d), 0.0f);
     st.assign(static_cast<std::size_t>(runs) * per, RowState{});
     // Keys past the last row's slot are never allowed under the causal rule.
     const std::int64_t kend = n.params.causal ? std::min(d.S, t1 - 1 + (d.S - d.T) + 1) : d.S;
@@ -289,7 +291,7 @@ void attention(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& ou
       const std::int64_t k0 = f + i * kKeysPerTask, k1 = std::min(kend, k0 + kKeysPerTask);
       const std::size_t at = static_cast<std::size_t>(i) * per;
       if (k0 < k1)
-        visit_keys(c.k, hs, d, n.params.causal, t0, t1, k0, k1, buf.data() + at * D, st.data() + at, scores, scores + 4 * kKb);
+        visit_keys(c.k, hs, d, n.params.causal, t0, t1, k0, k1, buf.data() + at * D, st.data() + at, scores);
     }
     merge_runs(c.k, runs, per, d.d, buf.data(), st.data());
     write_rows(hs, d.d, t0, t1, buf.data(), st.data());
