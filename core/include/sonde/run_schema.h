@@ -19,7 +19,7 @@ struct RunOptionSpec {
   OptionType type;
   std::vector<RunKind> kinds;  // the run kinds it applies to
   std::string help;
-  std::vector<std::string> keys;  // an object's keys, checked like the options' own; empty: not checked here
+  std::vector<std::string> keys{};  // an object's keys, checked like the options' own; empty: not checked here
 };
 
 const std::vector<RunOptionSpec>& run_option_schema();
