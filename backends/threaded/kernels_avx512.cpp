@@ -147,68 +147,58 @@ void keys_t(const float* k, i64 ks, i64 n, i64 d, float* kt) {
     }
 }
 
-// dots' order with keys in lanes: p[l] holds, for 16 keys, the lane-l partial sum of dots' per-key
-// accumulator (elements l, 16 + l, 32 + l, ... in turn, one FMA each); the fold is sum16's tree on
-// those registers, (p_l + p_l+8), then + 4 apart, then (y0 + y2) + (y1 + y3). The elements past d,
+// dots' order with keys in lanes, for R query rows at once: P_l holds, for 16 keys, the lane-l
+// partial sum of dots' per-key accumulator (elements l, 16 + l, 32 + l, ... in turn, one FMA
+// each; one load of a key block's element vector serves the R rows); the fold is sum16's tree on
+// those registers, Y_l = (P_l + P_l+8) + (P_l+4 + P_l+12), then (Y_0 + Y_2) + (Y_1 + Y_3), built
+// quarter by quarter so that four rows' partial sums fit the registers. The elements past d,
 // which dots adds as 0 * 0 to a sum that is never -0, are skipped.
-float dots_t(const float* q, const float* kt, i64 n, i64 d, float* s) {
-  __m512 top16 = _mm512_set1_ps(-__builtin_inff());
-  for (i64 u = 0; u < n; u += 16) {
-    __m512 p[16];
-    for (int l = 0; l < 16; ++l) p[l] = _mm512_setzero_ps();
-    i64 e = 0;
-    for (; e + 16 <= d; e += 16)
-      for (int l = 0; l < 16; ++l)
-        p[l] = _mm512_fmadd_ps(_mm512_set1_ps(q[e + l]), _mm512_loadu_ps(kt + (e + l) * kKeysT + u), p[l]);
-    for (int l = 0; e + l < d; ++l)
-      p[l] = _mm512_fmadd_ps(_mm512_set1_ps(q[e + l]), _mm512_loadu_ps(kt + (e + l) * kKeysT + u), p[l]);
-    for (int l = 0; l < 8; ++l) p[l] = _mm512_add_ps(p[l], p[l + 8]);
-    for (int l = 0; l < 4; ++l) p[l] = _mm512_add_ps(p[l], p[l + 4]);
-    const __m512 block = _mm512_add_ps(_mm512_add_ps(p[0], p[2]), _mm512_add_ps(p[1], p[3]));
-    const __mmask16 valid = lanes(n - u);
-    _mm512_mask_storeu_ps(s + u, valid, block);
-    top16 = _mm512_mask_max_ps(top16, valid, top16, block);
-  }
-  return _mm512_reduce_max_ps(top16);
-}
-
-// dots_t for four rows: the same lane sums and tree, built lane pair by lane pair so that the four
-// rows' partial sums fit the registers ((P_l + P_l+8) + (P_l+4 + P_l+12) for l = 0, 2, then 1, 3).
-void dots_t4(const float* const* q, const float* kt, i64 n, i64 d, float* const* s, float* top) {
-  __m512 top16[4];
-  for (int r = 0; r < 4; ++r) top16[r] = _mm512_set1_ps(-__builtin_inff());
+template <int R>
+void dots_tr(const float* const* q, const float* kt, i64 n, i64 d, float* const* s, float* top) {
+  __m512 top16[R];
+  for (int r = 0; r < R; ++r) top16[r] = _mm512_set1_ps(-__builtin_inff());
   for (i64 u = 0; u < n; u += 16) {
     const float* k = kt + u;
-    const auto lane = [&](int l, __m512 (&o)[4]) {  // P_l of the four rows
-      for (int r = 0; r < 4; ++r) o[r] = _mm512_setzero_ps();
+    const auto lane = [&](int l, __m512 (&o)[R]) {  // P_l of the R rows
+      for (int r = 0; r < R; ++r) o[r] = _mm512_setzero_ps();
       for (i64 e = l; e < d; e += 16) {
         const __m512 kv = _mm512_loadu_ps(k + e * kKeysT);
-        for (int r = 0; r < 4; ++r) o[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][e]), kv, o[r]);
+        for (int r = 0; r < R; ++r) o[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][e]), kv, o[r]);
       }
     };
-    const auto quarter = [&](int l, __m512 (&o)[4]) {  // Y_l = (P_l + P_l+8) + (P_l+4 + P_l+12)
-      __m512 a[4], b[4];
+    const auto quarter = [&](int l, __m512 (&o)[R]) {  // Y_l
+      __m512 a[R], b[R];
       lane(l, a);
       lane(l + 8, b);
-      for (int r = 0; r < 4; ++r) a[r] = _mm512_add_ps(a[r], b[r]);
+      for (int r = 0; r < R; ++r) a[r] = _mm512_add_ps(a[r], b[r]);
       lane(l + 4, o);
       lane(l + 12, b);
-      for (int r = 0; r < 4; ++r) o[r] = _mm512_add_ps(a[r], _mm512_add_ps(o[r], b[r]));
+      for (int r = 0; r < R; ++r) o[r] = _mm512_add_ps(a[r], _mm512_add_ps(o[r], b[r]));
     };
-    __m512 z0[4], z1[4], y[4];
+    __m512 z0[R], z1[R], y[R];
     quarter(0, z0);
     quarter(2, y);
-    for (int r = 0; r < 4; ++r) z0[r] = _mm512_add_ps(z0[r], y[r]);
+    for (int r = 0; r < R; ++r) z0[r] = _mm512_add_ps(z0[r], y[r]);
     quarter(1, z1);
     quarter(3, y);
     const __mmask16 valid = lanes(n - u);
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < R; ++r) {
       const __m512 block = _mm512_add_ps(z0[r], _mm512_add_ps(z1[r], y[r]));
       _mm512_mask_storeu_ps(s[r] + u, valid, block);
       top16[r] = _mm512_mask_max_ps(top16[r], valid, top16[r], block);
     }
   }
-  for (int r = 0; r < 4; ++r) top[r] = _mm512_reduce_max_ps(top16[r]);
+  for (int r = 0; r < R; ++r) top[r] = _mm512_reduce_max_ps(top16[r]);
+}
+
+float dots_t(const float* q, const float* kt, i64 n, i64 d, float* s) {
+  float top;
+  dots_tr<1>(&q, kt, n, d, &s, &top);
+  return top;
+}
+
+void dots_t4(const float* const* q, const float* kt, i64 n, i64 d, float* const* s, float* top) {
+  dots_tr<4>(q, kt, n, d, s, top);
 }
 
 // axpys for four rows, 64 columns at a time: each accumulator element takes the same FMAs in the
