@@ -68,7 +68,8 @@ def render(ids: list[int], tokenizer: Path) -> bytes:
 def llama_text(res: subprocess.CompletedProcess) -> tuple[bytes, float]:
     """The generated text llama-diffusion-cli prints after its timing line, and its ms per step."""
     both = res.stdout + res.stderr
-    m = re.search(rb"total time: [0-9.]+ms, time per step: ([0-9.]+)ms[^\n]*\n\n(.*)\n", both, re.S)
+    # Newer trees (2555826) prefix every log line with its time and level ("0.08.923.707 I ").
+    m = re.search(rb"total time: [0-9.]+ms, time per step: ([0-9.]+)ms[^\n]*\n(?:[0-9.]+ I )?\n(.*)\n", both, re.S)
     if not m:
         raise SystemExit(f"agreement_dlm: no output in llama-diffusion-cli's log:\n{both[-2000:].decode(errors='replace')}")
     return m.group(2), float(m.group(1))
