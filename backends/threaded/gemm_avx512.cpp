@@ -187,19 +187,42 @@ void gemm_pack_w_avx512(const void* W, bool bf16, i64 N, i64 K, float* wp) {
   }
 }
 
+namespace {
+// Prefetches (into L2) part q of nq of the `floats` floats at p: the next leaf slice of W, spread
+// over the x blocks of the current leaf so that no call issues them all at once.
+inline void prefetch_part(const float* p, i64 floats, i64 q, i64 nq) {
+  const i64 lines = (floats + 15) / 16, per = (lines + nq - 1) / nq;
+  const char* c = reinterpret_cast<const char*>(p);
+  for (i64 l = q * per, end = l + per < lines ? l + per : lines; l < end; ++l) _mm_prefetch(c + 64 * l, _MM_HINT_T1);
+}
+}  // namespace
+
 // y[m ldy + n] = the exact sum of x row m and W row n (+ bias[n]) for m < M, n < N, from the packs
 // above (xp of M rows, wp of N rows, both over K). scratch: kGemmScratchFloats.
+// While a leaf runs over the chunk's x blocks, the W slice the next leaf reads (the next leaf of
+// this block, or the first of the next block) is prefetched into L2: W packed once (a hinted
+// weight, ops.h PackedW) comes from memory, and its first reads would otherwise wait for it. W
+// packed per call is in L2 already; the hints then cost a few instructions a leaf.
 void gemm_packed_avx512(const float* xp, i64 M, const float* wp, i64 N, i64 K, const float* bias, float* y, i64 ldy,
                         float* scratch) {
   const i64 S = steps_of(K), xblocks = (M + kXr - 1) / kXr;
+  const auto block_rows = [&](i64 c) {  // floats a step of block c holds (its wr)
+    const i64 left = N - c * kWr;
+    return left >= kWr ? kWr : (left + 15) / 16 * 16;
+  };
   for (i64 b0 = 0; b0 < xblocks; b0 += kMcBlocks) {
     const i64 b1 = b0 + kMcBlocks < xblocks ? b0 + kMcBlocks : xblocks;
     for (i64 c = 0; c * kWr < N; ++c) {
-      const i64 left = N - c * kWr, nvalid = left < kWr ? left : kWr, wr = left >= kWr ? kWr : (left + 15) / 16 * 16;
+      const i64 left = N - c * kWr, nvalid = left < kWr ? left : kWr, wr = block_rows(c);
       const float* wblock = wp + c * kWr * 32 * S;
       for (int i = 0; i < 32; ++i) {
         const int j = bitrev5(i);
+        // The slice after this one: leaf i + 1's of this block, or the next block's first (j = 0).
+        const bool last = i == 31, more = !last || (c + 1) * kWr < N;
+        const float* next = !last ? wblock + bitrev5(i + 1) * S * wr : wblock + kWr * 32 * S;
+        const i64 next_floats = S * (!last ? wr : more ? block_rows(c + 1) : 0);
         for (i64 b = b0; b < b1; ++b) {
+          if (more) prefetch_part(next, next_floats, b - b0, b1 - b0);
           const i64 mt = M - b * kXr < kXr ? M - b * kXr : kXr;
           kLeaves[static_cast<std::size_t>(mt - 1)][static_cast<std::size_t>(wr / 16 - 1)](
               xp + (b * 32 + j) * S * kXr, wblock + j * S * wr, wr, S, i, scratch + (b - b0) * kStackFloats,
