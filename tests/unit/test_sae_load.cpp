@@ -239,9 +239,6 @@ TEST(SaeResolve, TranscoderReadsOneHookAndWritesAnother) {
   }
 }
 
-}  // namespace
-}  // namespace sonde::sae_load_test
-
 // A backend that records what upload_sae_weights gives it.
 struct RecordingBackend final : Backend {
   std::vector<std::string> uploads, hinted;
@@ -280,3 +277,6 @@ TEST(SaeUpload, EncodersAloneAreHintedKeepPacked) {
   upload_sae_weights(gb, resolve_sae(Sae::load(g.write()), hooks(), 2, 0, false, false));
   EXPECT_THAT(gb.hinted, ::testing::UnorderedElementsAre("sae.0.enc", "sae.0.mag"));
 }
+
+}  // namespace
+}  // namespace sonde::sae_load_test
