@@ -231,7 +231,10 @@ void ThreadedBackend::hint(const std::string& name, WeightHint hint) {
   const TensorView w = weight(name);
   if (hint != WeightHint::KeepPacked || q8_ || lowp_ || packed_.count(w.data)) return;
   PackedW p = pack_linear_weight(ctx(), w);
-  if (p.data) packed_[w.data] = std::move(p);
+  if (!p.data) return;
+  spdlog::debug("backend threaded: '{}' [{}, {}] packed once for the GEMM ({:.1f} MB)", name, p.N, p.K,
+                static_cast<double>(p.floats) * 4e-6);
+  packed_[w.data] = std::move(p);
 }
 
 const PackedW* ThreadedBackend::packed_for(const TensorView& w) const {
