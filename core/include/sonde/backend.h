@@ -46,7 +46,6 @@ enum class WeightHint {
   KeepPacked,
 };
 
-
 class Backend : public Plugin {
  public:
   virtual void init(const BackendOptions& options) = 0;
@@ -70,7 +69,8 @@ class Backend : public Plugin {
   }
   // The memory a node reading this weight streams, as the backend holds it: the view by
   // default; a backend that reads its own copy instead (int8 blocks and scales under q8) names
-  // that, and one that keeps a copy beside the view (a hinted weight's packed panels) names both. `sonde bench` counts and reads these bytes for the decode bound. Throws when unknown.
+  // that, and one that keeps a copy beside the view (a hinted weight's packed panels) names both.
+  // `sonde bench` counts and reads these bytes for the decode bound. Throws when unknown.
   virtual std::vector<std::span<const std::byte>> weight_storage(const std::string& name) const {
     const TensorView v = weight(name);
     return {{static_cast<const std::byte*>(v.data), static_cast<std::size_t>(v.nbytes())}};
