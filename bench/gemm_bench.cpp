@@ -5,7 +5,7 @@
 //
 // Usage: gemm_bench [--threads N] [--repeat N] [--backends a,b] [--plugin-dir DIR]
 //                   [--shapes MxKxN,...] [--weights f32,bf16] [--linear auto,gemv,gemm] [--no-sgemm]
-//                   [--compute f32,bf16,int8]
+//                   [--compute f32,bf16,int8] [--keep-packed]
 //                   [--bandwidth-only] [--json]
 // Shapes are M x K x N: x[M,K] times W[N,K]^T (nn.Linear layout), 2*M*K*N flops. One-row
 // (decode) shapes run with cold caches, so their weights come from memory as in a real decode.
@@ -15,6 +15,8 @@
 // --compute: the threaded backend once per --compute mode, rows "threaded:bf16" etc. (int8 with
 // its q8 weights), taking turns on every shape likewise; with --linear, once per mode and path
 // (bf16: gemv is the tiles of lowp_tiles.h, gemm the packed GEMM of lowp_gemm_bf16.cpp).
+// --keep-packed: each weight is hinted WeightHint::KeepPacked after its upload, as an SAE's
+// encoder is (the threaded backend then packs it once instead of in every call).
 #include <sonde/backend.h>
 #include <sonde/dtype.h>
 #include <sonde/error.h>
@@ -61,7 +63,7 @@ struct Options {
   int threads = 2, repeat = 5;
   std::vector<std::string> backends;  // empty: every backend found
   std::string plugin_dir;
-  bool bandwidth_only = false, json = false, sgemm = true;
+  bool bandwidth_only = false, json = false, sgemm = true, keep_packed = false;
   std::vector<std::string> linear;  // SONDE_THREADED_LINEAR values; empty: the environment's
   std::vector<std::string> compute;  // threaded --compute modes; empty: f32 only
   std::vector<DType> weights{DType::f32, DType::bf16};
@@ -163,7 +165,7 @@ Baseline run_openblas(const GemmShape& g, const Tensor& x, const Tensor& w, int 
 }
 
 Row run_backend(sonde::Backend& be, const std::string& name, const GemmShape& g, DType wdt, const Tensor& x,
-                const Tensor& w32, const Baseline& base, int repeat) {
+                const Tensor& w32, const Baseline& base, int repeat, bool keep_packed) {
   Row row{g.str(), name, std::string(sonde::dtype_name(wdt))};
   Tensor w = wdt == DType::f32 ? w32 : random_tensor(DType::bf16, Shape{g.n, g.k}, 7);
   sonde::Node node;
@@ -174,6 +176,7 @@ Row run_backend(sonde::Backend& be, const std::string& name, const GemmShape& g,
   node.shape = Shape{g.m, g.n};
   const std::string wname = fmt::format("bench.{}.{}", g.str(), row.weights);
   const TensorView wv = be.upload(wname, w.view(), sonde::Split::None);
+  if (keep_packed) be.hint(wname, sonde::WeightHint::KeepPacked);
   // The executor asks with the dtype of the view upload() returned (cpu-blas widens bf16 to f32).
   const DType dtypes[] = {DType::f32, wv.dtype};
   if (!be.supports(node, dtypes)) {
@@ -222,6 +225,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--plugin-dir") o.plugin_dir = value();
     else if (a == "--bandwidth-only") o.bandwidth_only = true;
     else if (a == "--no-sgemm") o.sgemm = false;
+    else if (a == "--keep-packed") o.keep_packed = true;
     else if (a == "--linear") o.linear = split(value());
     else if (a == "--compute") o.compute = split(value());
     else if (a == "--weights") {
@@ -329,7 +333,7 @@ int main(int argc, char** argv) try {
     }
     for (auto& [name, be] : backends)
       for (DType wdt : o.weights) {
-        rows.push_back(run_backend(*be, name, g, wdt, x, w, base, o.repeat));
+        rows.push_back(run_backend(*be, name, g, wdt, x, w, base, o.repeat, o.keep_packed));
         print_row(rows.back());
       }
   }

@@ -26,6 +26,7 @@ class ShardedBackend final : public Backend {
   // keeps only its part resident.
   TensorView upload(const std::string& name, const TensorView& src, Split split) override;
   TensorView weight(const std::string& name) const override { return local_->weight(name); }
+  void hint(const std::string& name, WeightHint hint) override { local_->hint(name, hint); }
   std::vector<std::span<const std::byte>> weight_storage(const std::string& name) const override {
     return local_->weight_storage(name);
   }

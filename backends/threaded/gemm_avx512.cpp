@@ -98,6 +98,9 @@ template <int... M> constexpr std::array<std::array<LeafFn, kWv>, sizeof...(M)> 
 constexpr auto kLeaves = leaf_table(std::make_integer_sequence<int, kXr>{});
 
 constexpr i64 kMcBlocks = kGemmScratchFloats / kStackFloats;  // x blocks per chunk: their partial sums stay in L2
+// How many leaf passes ahead W is prefetched: 1, 2 and 4 ran alike at 128 x 896 x 16,384 packed once
+// (bench/README.md); one slice ahead keeps the least extra in L2.
+constexpr i64 kAhead = 1;
 static_assert(kMcBlocks >= 1);
 
 // The 16 x 16 floats of r transposed in place (r[i] lane c becomes r[c] lane i).
@@ -187,19 +190,52 @@ void gemm_pack_w_avx512(const void* W, bool bf16, i64 N, i64 K, float* wp) {
   }
 }
 
+namespace {
+// Prefetches (into L2) part q of nq of the `floats` floats at p: the next leaf slice of W, spread
+// over the x blocks of the current leaf so that no call issues them all at once.
+inline void prefetch_part(const float* p, i64 floats, i64 q, i64 nq) {
+  const i64 lines = (floats + 15) / 16, per = (lines + nq - 1) / nq;
+  const char* c = reinterpret_cast<const char*>(p);
+  for (i64 l = q * per, end = l + per < lines ? l + per : lines; l < end; ++l) _mm_prefetch(c + 64 * l, _MM_HINT_T1);
+}
+}  // namespace
+
 // y[m ldy + n] = the exact sum of x row m and W row n (+ bias[n]) for m < M, n < N, from the packs
 // above (xp of M rows, wp of N rows, both over K). scratch: kGemmScratchFloats.
+// While a leaf runs over the chunk's x blocks, the W slice that the leaf kAhead passes later reads
+// (in this block, or in the next) is prefetched into L2, a share per x block; the first kAhead
+// slices at the start. W packed once (a hinted weight, ops.h PackedW) comes from memory, and a
+// leaf's first reads would otherwise wait for it. W packed per call is in L2 already: the hints
+// then cost a few instructions a leaf.
 void gemm_packed_avx512(const float* xp, i64 M, const float* wp, i64 N, i64 K, const float* bias, float* y, i64 ldy,
                         float* scratch) {
-  const i64 S = steps_of(K), xblocks = (M + kXr - 1) / kXr;
+  const i64 S = steps_of(K), xblocks = (M + kXr - 1) / kXr, wblocks = (N + kWr - 1) / kWr;
+  const auto block_rows = [&](i64 c) {  // floats a step of block c holds (its wr)
+    const i64 left = N - c * kWr;
+    return left >= kWr ? kWr : (left + 15) / 16 * 16;
+  };
+  // Leaf pass g = 32 c + i over the W blocks in turn: its slice, and its size (0 past the last).
+  const auto slice = [&](i64 g, i64& floats) {
+    const i64 c = g / 32;
+    floats = c < wblocks ? S * block_rows(c) : 0;
+    return floats ? wp + c * kWr * 32 * S + bitrev5(static_cast<int>(g % 32)) * floats : wp;
+  };
+  for (i64 g = 0; g < kAhead; ++g) {
+    i64 floats;
+    const float* p = slice(g, floats);
+    prefetch_part(p, floats, 0, 1);
+  }
   for (i64 b0 = 0; b0 < xblocks; b0 += kMcBlocks) {
     const i64 b1 = b0 + kMcBlocks < xblocks ? b0 + kMcBlocks : xblocks;
-    for (i64 c = 0; c * kWr < N; ++c) {
-      const i64 left = N - c * kWr, nvalid = left < kWr ? left : kWr, wr = left >= kWr ? kWr : (left + 15) / 16 * 16;
+    for (i64 c = 0; c < wblocks; ++c) {
+      const i64 left = N - c * kWr, nvalid = left < kWr ? left : kWr, wr = block_rows(c);
       const float* wblock = wp + c * kWr * 32 * S;
       for (int i = 0; i < 32; ++i) {
         const int j = bitrev5(i);
+        i64 ahead_floats;
+        const float* ahead = slice(32 * c + i + kAhead, ahead_floats);
         for (i64 b = b0; b < b1; ++b) {
+          prefetch_part(ahead, ahead_floats, b - b0, b1 - b0);
           const i64 mt = M - b * kXr < kXr ? M - b * kXr : kXr;
           kLeaves[static_cast<std::size_t>(mt - 1)][static_cast<std::size_t>(wr / 16 - 1)](
               xp + (b * 32 + j) * S * kXr, wblock + j * S * wr, wr, S, i, scratch + (b - b0) * kStackFloats,

@@ -11,6 +11,8 @@
 #include "q8.h"
 #include "thread_pool.h"
 
+#include <memory>
+
 namespace sonde::threaded {
 
 struct Ctx {
@@ -38,7 +40,23 @@ LinearPath linear_path(const Ctx& c, std::int64_t M, std::int64_t K, std::int64_
 void measure_gemm(const Ctx& c, HostRates& r);
 // Times the GEMV kernel on L2-resident bf16 (or q8) W chunks (groups of 3 x rows) with this pool (for HostRates).
 double measure_gemv_flops(const Ctx& c, bool q8);
-void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8);
+// A Linear weight's rows packed once for the packed GEMM (kernels.h gemm_pack_w's layout, whole
+// 48-row blocks end to end), kept for a weight hinted WeightHint::KeepPacked: the GEMM path then
+// reads these panels instead of packing its rows in every call. data is 64-byte aligned; k: the
+// kernels that made it (only theirs read this layout).
+struct PackedW {
+  std::unique_ptr<float[]> mem;
+  float* data = nullptr;
+  std::size_t floats = 0;
+  std::int64_t N = 0, K = 0;
+  const Kernels* k = nullptr;
+};
+// Empty (data null) when c's kernels have no packed GEMM or w is not a dense 2-D f32/bf16 matrix.
+PackedW pack_linear_weight(const Ctx& c, const TensorView& w);
+// packed: w's panels (pack_linear_weight with c's kernels) or null: the GEMM path packs per call.
+// Same bits either way.
+void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8,
+            const PackedW* packed = nullptr);
 // Linears that read one x: those that take the GEMV path, native or q8 (q8[i], else null), split
 // the rows of all their weights into one set of tasks (one parallel region). The results are
 // those of linear() on each; the rest run one by one.

@@ -31,6 +31,7 @@ struct Job {
   const float* bias;  // or null
   float* y;
   std::int64_t M, K, N;
+  const float* wp = nullptr;  // W's rows packed once (PackedW), or null: packed per task
 };
 
 void add_bias(const Job& j, std::int64_t m0, std::int64_t m1, std::int64_t n0, std::int64_t n1) {
@@ -115,6 +116,13 @@ void gemm_task_gemv(const Kernels& k, const Job& j, std::int64_t n0, std::int64_
 // whose rows (j.N floats apart, 64 KB for an SAE's 16,384 features) share cache sets, from L3.
 void gemm_task_packed(const Kernels& k, const Job& j, const float* xp, std::int64_t n0, std::int64_t n1,
                       std::int64_t m0, std::int64_t m1) {
+  const float* xrows = xp + m0 / kGemmXRows * kGemmXRows * gemm_steps(j.K) * 32;
+  const float* bias = j.bias ? j.bias + n0 : nullptr;
+  if (j.wp) {  // n0 is a multiple of kGemmWRows: its block starts n0 32 S floats into the panels
+    k.gemm_packed(xrows, m1 - m0, j.wp + n0 * gemm_steps(j.K) * 32, n1 - n0, j.K, bias, j.y + m0 * j.N + n0, j.N,
+                  t_packed.get(kGemmScratchFloats));
+    return;
+  }
   // f32 and bf16 rows are packed straight from W; f16 and q8 are widened to f32 first.
   const bool direct = j.wt == WType::f32 || j.wt == WType::bf16;
   const void* rows = static_cast<const char*>(j.W) + n0 * j.K * (j.wt == WType::f32 ? 4 : 2);
@@ -126,8 +134,7 @@ void gemm_task_packed(const Kernels& k, const Job& j, const float* xp, std::int6
   const std::int64_t packed = w_pack_floats(n1 - n0, j.K);
   float* wp = t_packed.get(packed + kGemmScratchFloats);
   k.gemm_pack_w(rows, direct && j.wt == WType::bf16, n1 - n0, j.K, wp);
-  k.gemm_packed(xp + m0 / kGemmXRows * kGemmXRows * gemm_steps(j.K) * 32, m1 - m0, wp, n1 - n0, j.K,
-                j.bias ? j.bias + n0 : nullptr, j.y + m0 * j.N + n0, j.N, wp + packed);
+  k.gemm_packed(xrows, m1 - m0, wp, n1 - n0, j.K, bias, j.y + m0 * j.N + n0, j.N, wp + packed);
 }
 
 // Tasks are blocks of W rows, about kPanelBytes of f32 each (a multiple of the packed kernel's
@@ -307,9 +314,33 @@ double measure_gemv_flops(const Ctx& c, bool q8) {
   return 2.0 * static_cast<double>(M * K * N) / best_seconds([&] { gemv(c, j); });
 }
 
-void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8) {
+PackedW pack_linear_weight(const Ctx& c, const TensorView& w) {
+  PackedW p;
+  if (!c.k.gemm_packed || w.shape.rank != 2 || (w.dtype != DType::f32 && w.dtype != DType::bf16) || !w.contiguous() ||
+      w.shape[0] == 0 || w.shape[1] == 0)
+    return p;
+  p.N = w.shape[0];
+  p.K = w.shape[1];
+  p.k = &c.k;
+  p.floats = static_cast<std::size_t>(w_pack_floats(p.N, p.K));
+  p.mem.reset(new float[p.floats + 16]);
+  p.data = p.mem.get() + (16 - reinterpret_cast<std::uintptr_t>(p.mem.get()) / 4 % 16) % 16;
+  // Blocks of kGemmWRows rows pack independently: a run of them from block b0 is the whole
+  // pack's slice from b0 kGemmWRows 32 S floats.
+  const std::int64_t blocks = (p.N + kGemmWRows - 1) / kGemmWRows, block_floats = kGemmWRows * gemm_steps(p.K) * 32;
+  const std::size_t row_bytes = static_cast<std::size_t>(p.K) * (w.dtype == DType::f32 ? 4 : 2);
+  for_chunks(c.pool, blocks, 8, [&](std::int64_t b0, std::int64_t b1) {
+    const std::int64_t r0 = b0 * kGemmWRows, r1 = std::min(p.N, b1 * kGemmWRows);
+    c.k.gemm_pack_w(static_cast<const char*>(w.data) + static_cast<std::size_t>(r0) * row_bytes, w.dtype == DType::bf16,
+                    r1 - r0, p.K, p.data + b0 * block_floats);
+  });
+  return p;
+}
+
+void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8, const PackedW* packed) {
   ops::LinearDims d;
-  const Job j = linear_job(n, in, out, q8, d);
+  Job j = linear_job(n, in, out, q8, d);
+  if (packed && !q8 && packed->data && packed->k == &c.k && packed->N == d.N && packed->K == d.K) j.wp = packed->data;
   if (d.M == 0 || d.N == 0) return;
   if (d.K == 0) {
     std::memset(j.y, 0, static_cast<std::size_t>(d.M * d.N) * sizeof(float));

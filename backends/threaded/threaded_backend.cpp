@@ -201,9 +201,11 @@ std::vector<std::uint16_t> bf16_for_kernels(const TensorView& w, ThreadPool& poo
 // Keeps the view (zero copy). In q8 mode a 2-D float weight is also quantised (the Linear
 // weights; the embedding table is read natively, and an unused view costs no memory).
 TensorView ThreadedBackend::upload(const std::string& name, const TensorView& src, Split) {
-  if (auto it = weights_.find(name); it != weights_.end()) quantised_.erase(it->second.data), rounded_.erase(it->second.data);
+  if (auto it = weights_.find(name); it != weights_.end())
+    quantised_.erase(it->second.data), rounded_.erase(it->second.data), packed_.erase(it->second.data);
   quantised_.erase(src.data);
   rounded_.erase(src.data);
+  packed_.erase(src.data);
   pool_->cancel_job();
   next_linear_.clear();  // pointers may be reused by the new weight
   last_linear_ = nullptr;
@@ -222,6 +224,25 @@ TensorView ThreadedBackend::weight(const std::string& name) const {
   return it->second;
 }
 
+// KeepPacked: the rows packed for the f32 GEMM now, in parallel (for 16,384 x 896 f32 about
+// 59 MB, tens of ms), so a forward never writes them. Ignored under q8 or --compute bf16/int8
+// (those Linears read their own copies) and by kernels without a packed GEMM.
+void ThreadedBackend::hint(const std::string& name, WeightHint hint) {
+  const TensorView w = weight(name);
+  if (hint != WeightHint::KeepPacked || q8_ || lowp_ || packed_.count(w.data)) return;
+  PackedW p = pack_linear_weight(ctx(), w);
+  if (!p.data) return;
+  spdlog::debug("backend threaded: '{}' [{}, {}] packed once for the GEMM ({:.1f} MB)", name, p.N, p.K,
+                static_cast<double>(p.floats) * 4e-6);
+  packed_[w.data] = std::move(p);
+}
+
+const PackedW* ThreadedBackend::packed_for(const TensorView& w) const {
+  if (q8_ || lowp_) return nullptr;
+  auto it = packed_.find(w.data);
+  return it == packed_.end() ? nullptr : &it->second;
+}
+
 // Under q8 a Linear reads the q8 blocks (scales and int8 values), not the source view; under
 // --compute bf16 an f32/f16 weight's Linear reads its bf16 copy.
 std::vector<std::span<const std::byte>> ThreadedBackend::weight_storage(const std::string& name) const {
@@ -231,7 +252,10 @@ std::vector<std::span<const std::byte>> ThreadedBackend::weight_storage(const st
   // --compute bf16 on f32/f16 weights (or packed for AMX): the Linear reads the bf16 copy.
   if (auto it = rounded_.find(v.data); it != rounded_.end())
     return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(it->second.data()), it->second.size() * 2)};
-  return Backend::weight_storage(name);
+  auto parts = Backend::weight_storage(name);
+  if (const PackedW* p = packed_for(v))  // the GEMM path reads these, the GEMV path the view
+    parts.emplace_back(reinterpret_cast<const std::byte*>(p->data), p->floats * sizeof(float));
+  return parts;
 }
 
 // The copies made at upload; a weight without one (not uploaded, e.g. an op test's activation
@@ -285,7 +309,7 @@ void ThreadedBackend::run(const Node& node, std::span<const TensorView> inputs, 
     case OpKind::RmsNorm: rms_norm(c, node, in, out); break;
     case OpKind::Linear:
       if (lowp_) linear_lowp(c, node, in, out, lowp_weight(node, in[1]));
-      else linear(c, node, in, out, q8_for(in[1]));
+      else linear(c, node, in, out, q8_for(in[1]), packed_for(in[1]));
       break;
     case OpKind::Reshape:
     case OpKind::Concat:

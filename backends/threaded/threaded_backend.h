@@ -28,6 +28,7 @@ class ThreadedBackend final : public Backend {
   bool supports(const Node& node, std::span<const DType> input_dtypes) const override;
   TensorView upload(const std::string& name, const TensorView& src, Split split) override;
   TensorView weight(const std::string& name) const override;
+  void hint(const std::string& name, WeightHint hint) override;
   std::vector<std::span<const std::byte>> weight_storage(const std::string& name) const override;
   void run(const Node& node, std::span<const TensorView> inputs, const TensorView& out) override;
   void run_siblings(std::span<const Node* const> nodes, std::span<const std::vector<TensorView>> inputs,
@@ -41,6 +42,7 @@ class ThreadedBackend final : public Backend {
   };
   void check_supported(const Node& node, std::span<const TensorView> inputs) const;
   const Q8Weight* q8_for(const TensorView& w) const;  // null unless --weights q8 made one for w
+  const PackedW* packed_for(const TensorView& w) const;  // null unless a hint packed w (f32 compute only)
   Bytes streamed_bytes(const TensorView& w) const;
   void learn_linear(const TensorView& w);
   void prefetch_next(bool start, const TensorView& after);
@@ -63,6 +65,10 @@ class ThreadedBackend final : public Backend {
   // bf16 mode: 2-D weights as the kernels read them, made once: f32/f16 rounded to bf16 (bf16
   // weights read in place), and packed for AMX's tiles when those kernels run.
   std::map<const void*, std::vector<std::uint16_t>> rounded_;
+  // Weights hinted KeepPacked: their rows in the packed GEMM's layout, made once at the hint (so
+  // concurrent forwards only read them), found by the source view's data pointer. Only for
+  // hinted weights: a second copy of every weight would double a model's memory.
+  std::map<const void*, PackedW> packed_;
   // Decode runs the same Linear weights in the same order every step, with serial work (norms,
   // attention, the executor) between them that leaves the memory bus idle. The weight that
   // followed each Linear last time is read ahead by an idle worker during that work (pool post),

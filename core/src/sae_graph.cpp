@@ -242,4 +242,11 @@ std::vector<std::pair<std::string, TensorView>> sae_weight_views(const AttachedS
   return v;
 }
 
+void upload_sae_weights(Backend& backend, const AttachedSae& a) {
+  for (const auto& [name, view] : sae_weight_views(a)) {
+    backend.upload(name, view, Split::None);
+    if (name == a.prefix + "enc" || name == a.prefix + "mag") backend.hint(name, WeightHint::KeepPacked);
+  }
+}
+
 }  // namespace sonde

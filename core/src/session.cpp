@@ -179,7 +179,7 @@ const AttachedSae& Session::attach_sae(std::shared_ptr<const Sae> sae, bool spli
   // reach this step's attention but not the cache.
   if (splice && kv_hooks_.count(a.hook_out))
     bad_setting("sae", "{}: splicing at '{}' (a hook the KV cache stores) is not supported", c.folder, a.hook_out);
-  for (const auto& [name, view] : sae_weight_views(a)) backend_->upload(name, view, Split::None);
+  upload_sae_weights(*backend_, a);
   saes_.push_back(std::move(a));
   plans_->clear();
   return saes_.back();

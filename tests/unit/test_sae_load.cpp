@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 #include "test_paths.h"
@@ -236,6 +237,45 @@ TEST(SaeResolve, TranscoderReadsOneHookAndWritesAnother) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("field 'd_out' is 4, but hook 'blocks.0.hook_mlp_out' has rows of 2"));
   }
+}
+
+// A backend that records what upload_sae_weights gives it.
+struct RecordingBackend final : Backend {
+  std::vector<std::string> uploads, hinted;
+  void init(const BackendOptions&) override {}
+  BackendInfo info() const override { return {"recording", "", 1}; }
+  bool supports(const Node&, std::span<const DType>) const override { return false; }
+  TensorView upload(const std::string& name, const TensorView& src, Split) override {
+    uploads.push_back(name);
+    return src;
+  }
+  TensorView weight(const std::string&) const override { return {}; }
+  void hint(const std::string& name, WeightHint h) override {
+    EXPECT_EQ(h, WeightHint::KeepPacked);
+    EXPECT_NE(std::find(uploads.begin(), uploads.end(), name), uploads.end()) << name << ": hinted before its upload";
+    hinted.push_back(name);
+  }
+  void run(const Node&, std::span<const TensorView>, const TensorView&) override {}
+};
+
+// The encoders are kept packed (every forward runs them over all rows); the decoder, biases and
+// thresholds are not (memory for no gain: the decoder runs only for the recons hooks).
+TEST(SaeUpload, EncodersAloneAreHintedKeepPacked) {
+  Folder f;
+  RecordingBackend b;
+  upload_sae_weights(b, resolve_sae(Sae::load(f.write()), hooks(), 2, 3, false, false));
+  EXPECT_THAT(b.uploads, ::testing::UnorderedElementsAre("sae.3.enc", "sae.3.enc_bias", "sae.3.dec", "sae.3.b_dec"));
+  EXPECT_THAT(b.hinted, ::testing::ElementsAre("sae.3.enc"));
+
+  Folder g;
+  g.cfg["architecture"] = "gated";
+  g.w.erase("b_enc");
+  g.w["b_gate"] = filled(Shape{3}, 1, 1);
+  g.w["b_mag"] = filled(Shape{3}, 0, 1);
+  g.w["r_mag"] = filled(Shape{3}, 0, 0.1f);
+  RecordingBackend gb;
+  upload_sae_weights(gb, resolve_sae(Sae::load(g.write()), hooks(), 2, 0, false, false));
+  EXPECT_THAT(gb.hinted, ::testing::UnorderedElementsAre("sae.0.enc", "sae.0.mag"));
 }
 
 }  // namespace

@@ -37,6 +37,14 @@ struct BackendOptions {
 // How a weight may be split across ranks (used by the sharded backend; others ignore it).
 enum class Split { None, Rows, Cols };
 
+// What a caller knows of a weight's use that its view does not say (Backend::hint).
+enum class WeightHint {
+  // Many Linear calls of many rows read it (an SAE's encoder, in every prefill and denoising
+  // step): worth a copy in the backend's own layout, made once, instead of rearranging it in
+  // every call. The copy is more memory, so this is given for an SAE's weights, never for a
+  // model's (a 7B f32 checkpoint would double).
+  KeepPacked,
+};
 
 class Backend : public Plugin {
  public:
@@ -51,9 +59,18 @@ class Backend : public Plugin {
   // stays valid while the backend lives and is what Weight nodes resolve to.
   virtual TensorView upload(const std::string& name, const TensorView& src, Split split) = 0;
   virtual TensorView weight(const std::string& name) const = 0;  // throws when unknown
+  // After upload(name): how the weight will be used. A backend may keep more for it (its
+  // weight_storage then names that too) or ignore it, the default; the results are the same bits
+  // either way. A later upload of the name drops what a hint made. Throws when name is unknown
+  // to a backend that acts on the hint.
+  virtual void hint(const std::string& name, WeightHint hint) {
+    (void)name;
+    (void)hint;
+  }
   // The memory a node reading this weight streams, as the backend holds it: the view by
   // default; a backend that reads its own copy instead (int8 blocks and scales under q8) names
-  // that. `sonde bench` counts and reads these bytes for the decode bound. Throws when unknown.
+  // that, and one that keeps a copy beside the view (a hinted weight's packed panels) names both.
+  // `sonde bench` counts and reads these bytes for the decode bound. Throws when unknown.
   virtual std::vector<std::span<const std::byte>> weight_storage(const std::string& name) const {
     const TensorView v = weight(name);
     return {{static_cast<const std::byte*>(v.data), static_cast<std::size_t>(v.nbytes())}};

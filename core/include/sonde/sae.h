@@ -11,6 +11,7 @@
 // (with the error term spliced in, the error is that of the activations as encoded: an edit of
 // hook_sae_acts_post changes the output, not the error, as in SAELens).
 // A transcoder reads <hook> and writes its output hook (hook_out); its nodes are named after <hook>.
+#include <sonde/backend.h>
 #include <sonde/graph.h>
 #include <sonde/model.h>
 #include <sonde/tensor.h>
@@ -124,5 +125,10 @@ std::vector<float> sae_decode(const Sae& sae, const float* f, std::int64_t rows)
 
 // (name, view) of each weight an attached SAE's nodes read, for Backend::upload.
 std::vector<std::pair<std::string, TensorView>> sae_weight_views(const AttachedSae& a);
+
+// Uploads those weights to `backend`, and hints WeightHint::KeepPacked for the encoder's (enc,
+// and mag when gated): every forward runs it over all its rows, so a backend that rearranges a
+// Linear's weight per call (the threaded backend's packed GEMM) does it once instead.
+void upload_sae_weights(Backend& backend, const AttachedSae& a);
 
 }  // namespace sonde
