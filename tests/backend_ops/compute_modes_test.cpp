@@ -21,13 +21,7 @@ namespace {
 
 std::shared_ptr<Backend> backend_in(const std::string& name, const std::string& compute, const std::string& weights,
                                     int threads = 2) {
-  auto b = registry().backend(name);
-  BackendOptions o;
-  o.threads = threads;
-  o.weights = weights;
-  o.compute = compute;
-  b->init(o);
-  return b;
+  return make_backend(name, threads, weights, compute);
 }
 
 // SONDE_THREADED_LOWP for one scope.

@@ -131,4 +131,15 @@ std::shared_ptr<Backend> make_backend(const std::string& name) {
   return b;
 }
 
+std::shared_ptr<Backend> make_backend(const std::string& name, int threads, const std::string& weights,
+                                      const std::string& compute) {
+  auto b = registry().backend(name);
+  BackendOptions o;
+  o.threads = threads;
+  o.weights = weights;
+  o.compute = compute;
+  b->init(o);
+  return b;
+}
+
 }  // namespace sonde::test

@@ -42,5 +42,8 @@ std::vector<float> values(const Tensor& t);  // any float dtype, as f32
 PluginRegistry& registry();
 std::vector<std::string> backend_names();
 std::shared_ptr<Backend> make_backend(const std::string& name);
+// The same with the threads, weights mode (native, q8) and compute mode (f32, bf16, int8) set.
+std::shared_ptr<Backend> make_backend(const std::string& name, int threads, const std::string& weights,
+                                      const std::string& compute);
 
 }  // namespace sonde::test

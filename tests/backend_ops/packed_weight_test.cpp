@@ -16,13 +16,7 @@ namespace sonde::test {
 namespace {
 
 std::shared_ptr<Backend> threaded(int threads, const std::string& weights = "native", const std::string& compute = "f32") {
-  auto b = registry().backend("threaded");
-  BackendOptions o;
-  o.threads = threads;
-  o.weights = weights;
-  o.compute = compute;
-  b->init(o);
-  return b;
+  return make_backend("threaded", threads, weights, compute);
 }
 
 // The packed GEMM's layout size, from kernels.h's description: whole 48-row blocks, K in steps
