@@ -18,13 +18,7 @@
 namespace sonde::test {
 namespace {
 
-std::shared_ptr<Backend> packed_gemm_backend(int threads) {
-  auto b = registry().backend("threaded");
-  BackendOptions o;
-  o.threads = threads;
-  b->init(o);
-  return b;
-}
+std::shared_ptr<Backend> packed_gemm_backend(int threads) { return make_backend("threaded", threads, "native", "f32"); }
 
 void expect_documented(const std::vector<float>& got, const std::vector<float>& x, const std::vector<float>& w,
                        const std::vector<float>* bias, std::int64_t M, std::int64_t K, std::int64_t N,

@@ -76,10 +76,7 @@ INSTANTIATE_TEST_SUITE_P(AllBackends, SaeTopKExact, ::testing::ValuesIn(backend_
 std::shared_ptr<Backend> topk_threaded(const std::string& isa, int threads) {
   setenv("SONDE_THREADED_ISA", isa.c_str(), 1);
   setenv("SONDE_THREADED_LINEAR", "gemv", 1);
-  auto b = registry().backend("threaded");
-  BackendOptions o;
-  o.threads = threads;
-  b->init(o);
+  auto b = make_backend("threaded", threads, "native", "f32");
   unsetenv("SONDE_THREADED_ISA");
   unsetenv("SONDE_THREADED_LINEAR");
   return b;

@@ -17,12 +17,7 @@ namespace {
 constexpr double kThreadedTol = 1e-5;
 
 std::shared_ptr<Backend> threaded(int threads, const std::string& weights = "native") {
-  auto b = registry().backend("threaded");
-  BackendOptions o;
-  o.threads = threads;
-  o.weights = weights;
-  b->init(o);
-  return b;
+  return make_backend("threaded", threads, weights, "f32");
 }
 
 // Sets SONDE_THREADED_ISA for one scope.
