@@ -15,7 +15,8 @@
 namespace sonde::test {
 namespace {
 
-std::shared_ptr<Backend> threaded(int threads, const std::string& weights = "native", const std::string& compute = "f32") {
+std::shared_ptr<Backend> threaded_backend(int threads, const std::string& weights = "native",
+                                          const std::string& compute = "f32") {
   return make_backend("threaded", threads, weights, compute);
 }
 
@@ -43,7 +44,7 @@ TEST(ThreadedPackedWeight, SameBitsAsPerCallPackingAndTheDocumentedSum) {
   LinearEnvScope linear("SONDE_THREADED_LINEAR", "gemm");
   std::shared_ptr<Backend> plain[2], hinted[2];
   try {
-    for (int t = 0; t < 2; ++t) plain[t] = threaded(t + 1), hinted[t] = threaded(t + 1);
+    for (int t = 0; t < 2; ++t) plain[t] = threaded_backend(t + 1), hinted[t] = threaded_backend(t + 1);
   } catch (const Error& e) {
     GTEST_SKIP() << "AVX-512 not available on this CPU: " << e.what();
   }
@@ -92,7 +93,7 @@ TEST(ThreadedPackedWeight, TheGemmReadsTheKeptPanels) {
   LinearEnvScope linear("SONDE_THREADED_LINEAR", "gemm");
   std::shared_ptr<Backend> b;
   try {
-    b = threaded(2);
+    b = threaded_backend(2);
   } catch (const Error& e) {
     GTEST_SKIP() << "AVX-512 not available on this CPU: " << e.what();
   }
@@ -117,7 +118,7 @@ TEST(ThreadedPackedWeight, NothingKeptWhereTheHintDoesNotApply) {
   const Tensor w = random_tensor(DType::f32, Shape{50, 40}, 41), v = random_tensor(DType::f32, Shape{50}, 42);
   std::shared_ptr<Backend> native;
   try {
-    native = threaded(1);
+    native = threaded_backend(1);
   } catch (const Error& e) {
     GTEST_SKIP() << e.what();
   }
@@ -130,7 +131,7 @@ TEST(ThreadedPackedWeight, NothingKeptWhereTheHintDoesNotApply) {
   native->hint("bias", WeightHint::KeepPacked);
   EXPECT_EQ(storage_parts(*native, "bias"), 1u);
   for (const auto& [weights, compute] : {std::pair<std::string, std::string>{"q8", "f32"}, {"native", "bf16"}}) {
-    auto b = threaded(1, weights, compute);
+    auto b = threaded_backend(1, weights, compute);
     b->upload("enc", w.view(), Split::None);
     b->hint("enc", WeightHint::KeepPacked);
     EXPECT_EQ(storage_parts(*b, "enc"), 1u) << weights << " / " << compute;
