@@ -94,9 +94,12 @@ void Stream::drain() {
   }
 }
 
+// The reader calls this once it knows the request has ended, which poll() may learn from the handle
+// (done) before the engine has ended this stream: closing then is safe, since a later notify_locked()
+// finds no pipe. Waiting for ended_ here left that request's pipe open until its handle went (the
+// asyncio test counted 2 file descriptors too many, now and then).
 void Stream::close_pipe() {
   std::lock_guard lock(mu_);
-  if (!ended_) return;
   for (int& fd : pipe_)
     if (fd >= 0) ::close(std::exchange(fd, -1));
 }

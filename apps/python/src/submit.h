@@ -46,7 +46,7 @@ class Stream {
   // them and whether the end has come after them.
   std::vector<StreamItem> take(double seconds, bool& ended);
   // The pipe's read end (non-blocking), made on first call; drain() empties it; close_pipe()
-  // closes it once the end has come (nothing writes after the end).
+  // closes it, called by the reader once the request has ended (a later notify skips it).
   int fileno();
   void drain();
   void close_pipe();
