@@ -226,6 +226,22 @@ std::span<const float> shifted_row(const Tensor& logits, std::int64_t r, std::in
   return {logits.data<float>() + (r * N + src) * V, static_cast<std::size_t>(V)};
 }
 
+void set_head_slots(StepInput& in, const std::vector<bool>& reads, std::int64_t B, std::int64_t N, int shift) {
+  std::int64_t from = N, to = 0;
+  for (std::int64_t r = 0; r < B; ++r)
+    for (std::int64_t j = 0; j < N; ++j)
+      if (reads[static_cast<std::size_t>(r * N + j)]) {
+        const std::int64_t src = std::max<std::int64_t>(j - shift, 0);
+        from = std::min(from, src), to = std::max(to, src + 1);
+      }
+  in.logits_from = from < to ? from : 0;
+  in.logits_to = from < to ? to : 0;
+}
+
+std::int64_t head_first(const Tensor& logits, const StepInput& in) {
+  return !logits.empty() && logits.shape()[1] != in.tokens ? in.logits_from : 0;
+}
+
 DiffusionResult make_result(const Canvas& c, const std::vector<std::vector<std::int32_t>>& prompts,
                             const DiffusionOptions& o) {
   DiffusionResult res{c.B, c.N, {}, {}};
@@ -270,11 +286,15 @@ DiffusionResult diffusion_generate(DecodeForward& model, const std::vector<std::
     const float t = ts[static_cast<std::size_t>(i)], s = ts[static_cast<std::size_t>(i + 1)];
     const bool last = i == o.steps - 1;
     c.input.ids = c.x;
+    std::vector<bool> masked(c.x.size());
+    for (std::size_t a = 0; a < c.x.size(); ++a) masked[a] = c.x[a] == o.mask_id;
+    set_head_slots(c.input, masked, B, N, 1);
     const Tensor logits = model.forward(c.input);
+    const std::int64_t first = head_first(logits, c.input), width = logits.shape()[1];
     // logits[pad] += eos_penalty * log(1 - t + 1e-3), added in float32 as torch adds a Python float
     const auto pad_bias = static_cast<float>(o.eos_penalty * std::log(1.0 - static_cast<double>(t) + 1e-3));
     auto row_logits = [&](std::int64_t r, std::int64_t j) -> std::span<const float> {
-      const auto row = shifted_row(logits, r, j, N, V);
+      const auto row = shifted_row(logits, r, j, width, V, first);
       if (o.eos_penalty == 0 || o.pad_id < 0 || o.pad_id >= V) return row;
       penalized.assign(row.begin(), row.end());
       penalized[static_cast<std::size_t>(o.pad_id)] += pad_bias;

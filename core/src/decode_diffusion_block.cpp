@@ -127,8 +127,9 @@ struct BlockLoop {
   // The step's forward over the canvas working on block b: the whole canvas, or with a cache a
   // refresh at the block's first step (and, with refresh_every N, at its steps N, 2N, ...:
   // dKV-Cache's periodic refresh) and a range of slots after it. `recomputed` gets the slots
-  // each row's forward computed.
-  StepLogits step_forward(std::int64_t b, std::vector<std::int64_t>& recomputed) {
+  // each row's forward computed. A whole-canvas forward runs the LM head on the slots the step
+  // reads (`reads`, the working windows' masked slots) alone.
+  StepLogits step_forward(std::int64_t b, std::vector<std::int64_t>& recomputed, const std::vector<bool>& reads) {
     c.input.ids = c.x;
     recomputed.clear();
     in_block = b != cache_block ? 0 : in_block + 1;
@@ -137,7 +138,10 @@ struct BlockLoop {
       for (auto p : c.pad) recomputed.push_back(c.N - p);  // every real slot
       c.input.fill_cache = cached;
       cache_block = b;
-      return {model.forward(c.input), 0, c.N};
+      set_head_slots(c.input, reads, c.B, c.N, 1);
+      Tensor logits = model.forward(c.input);
+      const std::int64_t first = head_first(logits, c.input), width = logits.shape()[1];
+      return {std::move(logits), first, width};
     }
     const auto& blk = blocks[static_cast<std::size_t>(b)];
     const std::int64_t lo = c.T + blk.start, first = lo - 1;  // slot lo's logits are slot lo - 1's
@@ -172,7 +176,12 @@ struct BlockLoop {
       }
       // With a cache the batch works on one block: the lowest any row is in (lockstep).
       const std::int64_t batch_block = *std::min_element(cur.begin(), cur.end());
-      const StepLogits lg = step_forward(batch_block, recomputed);
+      std::vector<bool> reads(static_cast<std::size_t>(B * c.N), false);
+      for (std::int64_t r = 0; r < B; ++r)
+        if (cur[static_cast<std::size_t>(r)] < nb)
+          for (auto j : window(r, cached ? batch_block : cur[static_cast<std::size_t>(r)]).masked)
+            reads[static_cast<std::size_t>(r * c.N + j)] = true;
+      const StepLogits lg = step_forward(batch_block, recomputed, reads);
       std::vector<double> conf(static_cast<std::size_t>(B * c.N), kNaN);
       std::vector<std::vector<std::int64_t>> transfer(static_cast<std::size_t>(B));
       std::vector<std::int64_t> block(static_cast<std::size_t>(B), -1);

@@ -34,6 +34,15 @@ std::vector<std::int64_t> sample_slots(const double* conf, std::int64_t N, std::
 std::span<const float> shifted_row(const Tensor& logits, std::int64_t r, std::int64_t j, std::int64_t N,
                                    std::int64_t V, std::int64_t first = 0);
 
+// The canvas slots [from, to) whose logits a step reads for the slots `reads` marks ([B, N];
+// shift 1: slot j reads slot j - 1's, slot 0 its own), set on `in` (StepInput::logits_from) so
+// that the LM head runs there alone; nothing marked: every slot.
+void set_head_slots(StepInput& in, const std::vector<bool>& reads, std::int64_t B, std::int64_t N, int shift);
+
+// The canvas slot of the first row of logits a forward returned for in.tokens slots: in.logits_from
+// when the head ran on its range alone, else 0.
+std::int64_t head_first(const Tensor& logits, const StepInput& in);
+
 DiffusionResult make_result(const Canvas& c, const std::vector<std::vector<std::int32_t>>& prompts,
                             const DiffusionOptions& o);
 

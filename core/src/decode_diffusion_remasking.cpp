@@ -35,6 +35,12 @@ namespace {
 
 constexpr float kNoTimeRemask = std::numeric_limits<float>::quiet_NaN();
 
+// A step's logits: rows [B, width, V] over canvas slots [first, first + width).
+struct Rows {
+  const float* data = nullptr;
+  std::int64_t first = 0, width = 0;
+};
+
 struct RemaskLoop {
   DecodeForward& model;
   const DiffusionOptions& o;
@@ -43,28 +49,34 @@ struct RemaskLoop {
   std::vector<TorchCpuRandom> rng;     // per row
   std::vector<std::int32_t> unconditional;  // cfg: the canvas with the prompt's slots masked, ids only
 
-  // The step's logits [B, N, V]: the model's, or classifier-free guidance's combination in float32
-  // (as torch computes it on float32 logits). The unconditional forward runs first, so the taps
-  // a capture keeps are the conditional forward's.
-  const float* step_logits(Tensor& cond, std::vector<float>& guided) {
+  // The step's logits over the whole canvas: the model's, or classifier-free guidance's combination
+  // in float32 (as torch computes it on float32 logits). The unconditional forward runs first, so
+  // the taps a capture keeps are the conditional forward's. The head runs on the slots the step
+  // reads alone: the masked slots up to the block's end `end` (no logit shift).
+  Rows step_logits(Tensor& cond, std::vector<float>& guided, std::int64_t end) {
+    std::vector<bool> reads(c.x.size(), false);
+    for (std::int64_t r = 0; r < c.B; ++r)
+      for (std::int64_t j = c.pad[static_cast<std::size_t>(r)]; j < end; ++j)
+        reads[static_cast<std::size_t>(r * c.N + j)] = c.x[static_cast<std::size_t>(r * c.N + j)] == o.mask_id;
+    c.input.ids = c.x;
+    set_head_slots(c.input, reads, c.B, c.N, 0);
     if (o.cfg_scale <= 0) {
-      c.input.ids = c.x;
       cond = model.forward(c.input);
-      return cond.data<float>();
+      return {cond.data<float>(), head_first(cond, c.input), cond.shape()[1]};
     }
     StepInput un = c.input;
-    un.ids = c.x;
     for (std::size_t a = 0; a < un.ids.size(); ++a)
       if (unconditional[a] == o.mask_id) un.ids[a] = o.mask_id;
     const Tensor ul = model.forward(un);
-    c.input.ids = c.x;
     cond = model.forward(c.input);
+    if (ul.shape() != cond.shape())  // the same range asked of both; the head's taps are the same too
+      runtime_error("diffusion: cfg's forwards returned logits of shapes {} and {}", ul.shape().str(), cond.shape().str());
     const float* pc = cond.data<float>();
     const float* pu = ul.data<float>();
     const auto scale = static_cast<float>(o.cfg_scale + 1.0);
-    guided.resize(static_cast<std::size_t>(c.B * c.N * V));
+    guided.resize(static_cast<std::size_t>(cond.shape().numel()));
     for (std::size_t a = 0; a < guided.size(); ++a) guided[a] = pu[a] + scale * (pc[a] - pu[a]);
-    return guided.data();
+    return {guided.data(), head_first(cond, c.input), cond.shape()[1]};
   }
 
   // argmax(exp(l) / (-log u)^T) over the vocabulary with a fresh float64 u per token (float64,
@@ -92,15 +104,16 @@ struct RemaskLoop {
   // candidate (a masked slot in [from, end)), drawn as the published code draws over the
   // forward's slots of this row; then the commits: the k most confident (ties to the lower slot),
   // or with a threshold (k < 0) every candidate ranked after the first whose confidence reaches
-  // it, the first always. Returns the committed slots. logits may be null without candidates.
+  // it, the first always. Returns the committed slots. `lg` holds every candidate's logits row
+  // (its data may be null without candidates).
   std::vector<std::int64_t> row_step(std::int64_t r, std::int64_t from, std::int64_t end, std::int64_t k,
-                                     const float* logits, std::int64_t first, std::int64_t width,
+                                     const Rows& lg, std::int64_t first, std::int64_t width,
                                      std::vector<double>& conf) {
     const std::int64_t begin = std::max(c.pad[static_cast<std::size_t>(r)], first), stop = first + width;
     TorchCpuRandom& g = rng[static_cast<std::size_t>(r)];
     const auto at = [&](std::int64_t j) { return static_cast<std::size_t>(r * c.N + j); };
     const auto candidate = [&](std::int64_t j) { return j >= from && j < end && c.x[at(j)] == o.mask_id; };
-    const auto row = [&](std::int64_t j) { return logits + (r * width + j - first) * V; };
+    const auto row = [&](std::int64_t j) { return lg.data + (r * lg.width + j - lg.first) * V; };
     std::vector<std::int32_t> x0(static_cast<std::size_t>(c.N), 0);
     for (std::int64_t j = begin; j < stop; ++j) {  // the row's own slots, in order: its draws
       if (o.sampling.temperature > 0) {
@@ -175,21 +188,21 @@ struct RemaskLoop {
           for (std::int64_t r = 0; r < c.B; ++r) {
             std::vector<double> none(static_cast<std::size_t>(c.B * c.N), kNaN);
             if (prefix && o.sampling.temperature > 0) rng[static_cast<std::size_t>(r)].skip_f64(static_cast<std::uint64_t>(W * V));
-            row_step(r, lo, end, 0, nullptr, lo, W, none);
+            row_step(r, lo, end, 0, Rows{}, lo, W, none);
           }
         return;
       }
       std::vector<std::int64_t> recomputed;
-      const float* logits = nullptr;
+      Rows logits;
       Tensor range;
       if (full) {
         c.input.fill_cache = cached;
-        logits = step_logits(cond, guided);
+        logits = step_logits(cond, guided, end);
         c.input.fill_cache = false;
         for (auto p : c.pad) recomputed.push_back(c.N - p);
       } else {
         range = range_forward(lo, W);
-        logits = range.data<float>();
+        logits = {range.data<float>(), lo, W};
         recomputed.assign(static_cast<std::size_t>(c.B), W);
       }
       std::vector<double> conf(static_cast<std::size_t>(c.B * c.N), kNaN);
@@ -235,7 +248,7 @@ struct RemaskLoop {
       for (std::int64_t r = 0; r < c.B; ++r)
         for (std::int64_t j = lo; j < end; ++j) masks[static_cast<std::size_t>(r)] += c.x[static_cast<std::size_t>(r * c.N + j)] == o.mask_id;
       for (std::int64_t i = 0; i < per_block; ++i) {
-        const float* logits = step_logits(cond, guided);
+        const Rows logits = step_logits(cond, guided, end);
         std::vector<double> conf(static_cast<std::size_t>(c.B * c.N), kNaN);
         std::vector<std::vector<std::int64_t>> transfer(static_cast<std::size_t>(c.B));
         const std::vector<std::int64_t> block(static_cast<std::size_t>(c.B), b);

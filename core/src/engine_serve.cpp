@@ -255,6 +255,17 @@ StepInput Engine::padded(const std::vector<EngineSeq*>& seqs, std::vector<Engine
       tokens.push_back(p.tokens);
     }
   }
+  // The head's slots: the union of the posts' ranges (StepInput::logits_from) in the padded
+  // slots; a post that reads every slot's logits widens it to all.
+  std::int64_t from = T, to = 0;
+  bool ranged = true;
+  for (const EngineSeq* s : seqs) {
+    const StepInput& p = s->post;
+    if (!p.need_logits) continue;
+    ranged = ranged && p.logits_from < p.logits_to;
+    from = std::min(from, T - p.tokens + p.logits_from), to = std::max(to, T - p.tokens + p.logits_to);
+  }
+  if (ranged && from < to) in.logits_from = from, in.logits_to = to;
   in.batch = static_cast<std::int64_t>(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const StepInput& p = rows[i]->post;
@@ -274,17 +285,21 @@ StepInput Engine::padded(const std::vector<EngineSeq*>& seqs, std::vector<Engine
   return in;
 }
 
-// Each request's share of a padded forward's logits: its rows, its own slots (or the last slot
-// when the head ran there alone).
+// Each request's share of a padded forward's logits: its rows, its own slots (or, when the head
+// ran on the padded slots [first, first + slots) alone, its own range's slots, or the last slot).
 void Engine::split_logits(const Tensor& logits, const std::vector<EngineSeq*>& rows, const std::vector<std::int64_t>& pad,
-                          std::int64_t T) {
+                          std::int64_t T, std::int64_t first) {
   const std::int64_t slots = logits.empty() ? 0 : logits.shape()[1];
+  const bool sliced = slots != T;
   for (std::size_t i = 0; i < rows.size();) {
     EngineSeq& s = *rows[i];
+    const StepInput& p = s.post;
     const auto row = static_cast<std::int64_t>(i);
-    if (!s.post.need_logits)
+    if (!p.need_logits)
       s.result = Tensor();
-    else if (slots == 1 && T > 1)
+    else if (sliced && p.logits_from < p.logits_to)
+      s.result = logits_rows(logits, row, p.batch, pad[i] + p.logits_from - first, p.logits_to - p.logits_from);
+    else if (sliced)
       s.result = logits_rows(logits, row, s.post.batch, 0, 1);
     else
       s.result = logits_rows(logits, row, s.post.batch, pad[i], s.post.tokens);
@@ -338,7 +353,7 @@ void Engine::serve_prefill(std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*
     in.use_cache = true;
     auto staged = std::make_shared<KvCache>(model_.new_cache(in.batch, in.tokens));
     const Tensor logits = run_forward(in, staged.get(), nullptr, batch, pad, tokens, false);
-    split_logits(logits, batch, pad, in.tokens);
+    split_logits(logits, batch, pad, in.tokens, in.logits_from);
     for (std::size_t r = 0; r < batch.size(); ++r) rows.push_back({batch[r], staged, static_cast<std::int64_t>(r), pad[r], tokens[r]});
     // Their first tokens go out now, not after the chunk forward below: it is not theirs to wait for.
     release(whole);
@@ -381,7 +396,7 @@ void Engine::serve_full(std::vector<EngineSeq*>& seqs) {
   std::vector<std::int64_t> pad, tokens;
   const StepInput in = padded(seqs, rows, pad, tokens);
   const Tensor logits = run_forward(in, nullptr, nullptr, rows, pad, tokens, false);
-  split_logits(logits, rows, pad, in.tokens);
+  split_logits(logits, rows, pad, in.tokens, in.logits_from);
 }
 
 void Engine::serve_alone(EngineSeq& s) {

@@ -22,6 +22,7 @@ class SessionEngineModel : public EngineModel {
     const StepInput& in = b.step;
     ForwardInput fi{in.batch, in.tokens, in.ids, in.positions, in.key_mask, &b.call};
     fi.last_logits_only = in.last_logits_only && !in.fill_cache && in.slots == 0;
+    fi.logits_from = in.logits_from, fi.logits_to = in.logits_to;
     const Executor::Tap tap = b.tap ? Executor::Tap(b.tap) : Executor::Tap();
     if (in.fill_cache) {
       KvCache& c = *b.cache;

@@ -20,7 +20,7 @@ struct PlanKey {
   bool fills_kv = false;  // forward_cached: this call's K/V hooks are tapped into the cache
   std::int64_t batch = 0, tokens = 0;
   bool has_mask = false, need_logits = false, has_past = false;
-  bool last_logits_only = false;
+  std::int64_t logits_from = 0, logits_to = 0;  // BatchShape's
   bool operator==(const PlanKey&) const = default;
 };
 

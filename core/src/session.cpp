@@ -106,10 +106,10 @@ Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set
   if (!in.mask.empty() && static_cast<std::int64_t>(in.mask.size()) != n)
     runtime_error("forward: {} mask entries for {} ids", in.mask.size(), n);
 
-  const bool last_only = head_on_last_slot(in, need_logits, taps);
-  const PlanKey key{false, in.batch, in.tokens, !in.mask.empty(), need_logits, false, last_only};
+  const auto [lfrom, lto] = head_rows(in, need_logits, taps);
+  const PlanKey key{false, in.batch, in.tokens, !in.mask.empty(), need_logits, false, lfrom, lto};
   const Plan& plan = plans_->get(key, taps, [&] {
-    return build_planned(BatchShape{in.batch, in.tokens, !in.mask.empty(), need_logits, 0, last_only},
+    return build_planned(BatchShape{in.batch, in.tokens, !in.mask.empty(), need_logits, 0, lfrom, lto},
                          [&](const std::string& h) { return taps.count(h) > 0; });
   }).plan;
 
@@ -126,11 +126,22 @@ Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set
   return need_logits ? out.at("logits") : Tensor();
 }
 
-// The hooks at the head see every slot when tapped, and edits may act at any slot; a model
-// without a causal next-token head (diffusion) reads logits everywhere.
-bool Session::head_on_last_slot(const ForwardInput& in, bool need_logits, const std::set<std::string>& taps) const {
-  return in.last_logits_only && need_logits && in.tokens > 1 && edits_.empty() &&
-         info_.decoding == DecodingKind::Autoregressive && !taps.count("hook_logits") && !taps.count("ln_final.hook_out");
+// The hooks at the head (the final norm's, the logits, an SAE's points on them) give every slot
+// when tapped, and their edits and SAEs act on every slot; the head then runs everywhere.
+// "The last slot" is an autoregressive model's next-token row; a diffusion step names its rows.
+std::pair<std::int64_t, std::int64_t> Session::head_rows(const ForwardInput& in, bool need_logits,
+                                                         const std::set<std::string>& taps) const {
+  const std::int64_t T = in.tokens;
+  std::int64_t from = 0, to = 0;
+  if (in.last_logits_only && info_.decoding == DecodingKind::Autoregressive) from = T - 1, to = T;
+  else if (in.logits_from < in.logits_to) from = in.logits_from, to = in.logits_to;
+  if (from < 0 || to > T) runtime_error("forward: logits of slots [{}, {}) of a {}-slot forward", from, to, T);
+  const auto at_head = [](const std::string& hook) { return hook.starts_with("ln_final.") || hook.starts_with("hook_logits"); };
+  bool head_used = std::any_of(taps.begin(), taps.end(), at_head);
+  for (const auto& e : edits_) head_used = head_used || at_head(e.hook);
+  for (const auto& a : saes_) head_used = head_used || at_head(a.hook) || at_head(a.hook_out);
+  if (!need_logits || head_used || from >= to || (from == 0 && to == T)) return {0, 0};
+  return {from, to};
 }
 
 std::unique_ptr<PlannedGraph> Session::build_planned(const BatchShape& shape, const Executor::Wants& tapped) const {

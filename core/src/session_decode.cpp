@@ -22,6 +22,7 @@ bool SessionDecodeForward::has_slot_cache() const {
 Tensor SessionDecodeForward::forward(const StepInput& in) {
   ForwardInput fi{in.batch, in.tokens, in.ids, in.positions, in.key_mask, &edit_call_};
   fi.last_logits_only = in.last_logits_only && !in.fill_cache && in.slots == 0;
+  fi.logits_from = in.logits_from, fi.logits_to = in.logits_to;
   struct NextStep {  // the step counts forwards, thrown or not
     EditCall& c;
     ~NextStep() { ++c.step; }

@@ -106,9 +106,9 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   if (!in.mask.empty() && static_cast<std::int64_t>(in.mask.size()) != in.batch * (P + T))
     runtime_error("forward_cached: {} mask entries for {} keys", in.mask.size(), in.batch * (P + T));
 
-  const bool last_only = head_on_last_slot(in, need_logits, taps);
-  PlannedGraph& pg = plans_->get(PlanKey{true, in.batch, T, !in.mask.empty(), need_logits, P > 0, last_only}, taps, [&] {
-    auto made = build_planned(BatchShape{in.batch, T, !in.mask.empty(), need_logits, P, last_only},
+  const auto [lfrom, lto] = head_rows(in, need_logits, taps);
+  PlannedGraph& pg = plans_->get(PlanKey{true, in.batch, T, !in.mask.empty(), need_logits, P > 0, lfrom, lto}, taps, [&] {
+    auto made = build_planned(BatchShape{in.batch, T, !in.mask.empty(), need_logits, P, lfrom, lto},
                               [&](const std::string& h) { return kv_hooks_.count(h) > 0 || taps.count(h) > 0; });
     made->kv_concats = kv_concats(made->graph, info_.past_k, info_.past_v);
     return made;

@@ -137,7 +137,7 @@ void build_decoder(const DecoderSpec& s, const BatchShape& bs, GraphBuilder& b) 
   const WeightNames& n = s.names;
   Ref x = b.name(b.embedding(b.weight(n.embed + ".weight"), in.ids), "hook_embed");
   for (std::int64_t i = 0; i < s.layers; ++i) x = decoder_layer(s, bs, b, in, i, x);
-  if (bs.need_logits && bs.last_logits_only && bs.tokens > 1) x = b.slice_rows(x, bs.tokens - 1, bs.tokens);
+  if (bs.head_slice()) x = b.slice_rows(x, bs.logits_from, bs.logits_to);
   Ref xf = b.name(b.rms_norm(x, b.weight(n.final_norm + ".weight"), s.rms_eps), "ln_final.hook_out");
   if (!bs.need_logits) return;
   if (s.shard.active()) {  // each rank's vocabulary rows (load_weights), gathered for sampling

@@ -27,6 +27,10 @@ struct StepInput {
   // The caller reads each row's last slot's logits only: the forward may return [B, 1, V]
   // (the LM head run there alone; ForwardInput::last_logits_only says when).
   bool last_logits_only = false;
+  // The caller reads the logits of this call's slots [logits_from, logits_to) only (a denoising
+  // step: the rows its masked slots read): the forward may return [B, logits_to - logits_from, V]
+  // (the head run there alone) or [B, T, V]; the caller tells them apart by the second dimension.
+  std::int64_t logits_from = 0, logits_to = 0;
   // Diffusion K/V caching (DecodeForward::has_slot_cache; docs/generation.md, "Cached modes").
   // fill_cache: a full forward (past 0, every slot) that also keeps every slot's post-RoPE K and V.
   // slots > 0: ids/positions are slots [first_slot, first_slot + tokens) of a sequence of `slots`

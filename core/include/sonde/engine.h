@@ -251,7 +251,7 @@ class Engine {
   StepInput padded(const std::vector<EngineSeq*>& seqs, std::vector<EngineSeq*>& rows, std::vector<std::int64_t>& pad,
                    std::vector<std::int64_t>& tokens);
   void split_logits(const Tensor& logits, const std::vector<EngineSeq*>& rows, const std::vector<std::int64_t>& pad,
-                    std::int64_t T);
+                    std::int64_t T, std::int64_t first);
   void update_edits();
   EngineResult default_loop(EngineForward& fwd, EngineSeq& s);
   Tensor run_forward(const StepInput& in, KvCache* cache, KvCache* scratch, const std::vector<EngineSeq*>& rows,

@@ -62,9 +62,11 @@ struct WeightSpec {
 };
 
 // The graph's inputs, all [B, T]: "ids" (i32), "positions" (i32), and "mask" (u8, 1 = real
-// token) when has_mask. Logits are built only when need_logits; with last_logits_only (and T > 1)
-// they are [B, 1, V], each row's last slot alone: the final norm and the LM head run on that slot
-// only (a generation prefill reads no other; at 0.5B the head over every slot is a third of it).
+// token) when has_mask. Logits are built only when need_logits; with logits_from < logits_to
+// (within [0, T], not the whole of it) they are [B, logits_to - logits_from, V], the slots
+// [logits_from, logits_to) of every row alone: the final norm and the LM head run on those slots
+// only (a generation prefill reads the last slot's, a denoising step the masked slots'; at 0.5B
+// the head over every slot is a third of the forward, at 7-8B a thirteenth).
 // KV cache (autoregressive): with past_tokens P > 0 the graph also reads, per layer i,
 // "past_k.{i}" and "past_v.{i}" [B, P, nkv, d] f32 (post-RoPE K and V of earlier slots), and the
 // mask covers every key: [B, P + T].
@@ -74,7 +76,8 @@ struct BatchShape {
   bool has_mask = false;
   bool need_logits = true;
   std::int64_t past_tokens = 0;
-  bool last_logits_only = false;
+  std::int64_t logits_from = 0, logits_to = 0;  // equal (0, 0): every slot's logits
+  bool head_slice() const { return need_logits && logits_from < logits_to && (logits_from > 0 || logits_to < tokens); }
 };
 
 class ModelPlugin : public Plugin {

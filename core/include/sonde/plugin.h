@@ -11,7 +11,7 @@
 namespace sonde {
 
 // Bump when any interface in core/include/sonde changes layout or virtual functions.
-constexpr int kPluginAbi = 11;  // 11: Backend::hint, WeightHint; 10: OpKind SaeActivation, NormRescale, Sub; 9: ModelInfo::diffusion_loop; 8: ProcessGroup::allgather_into, RowRecord::fresh and computed_step, OpKind::SliceRows; 7: Sink::rewinds, SinkOptions::resume_at; 6: ProcessGroup, sharded options, edit ops
+constexpr int kPluginAbi = 12;  // 12: BatchShape::logits_from/logits_to (was last_logits_only); 11: Backend::hint, WeightHint; 10: OpKind SaeActivation, NormRescale, Sub; 9: ModelInfo::diffusion_loop; 8: ProcessGroup::allgather_into, RowRecord::fresh and computed_step, OpKind::SliceRows; 7: Sink::rewinds, SinkOptions::resume_at; 6: ProcessGroup, sharded options, edit ops
 
 #define SONDE_STR2(x) #x
 #define SONDE_STR(x) SONDE_STR2(x)

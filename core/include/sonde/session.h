@@ -41,9 +41,13 @@ struct ForwardInput {
   std::vector<std::uint8_t> mask;       // [B*T]; empty: all ones
   const EditCall* edit = nullptr;       // the session's edits' rows this call; null: all prompt, step 0
   // The caller reads each row's last slot's logits only: an autoregressive model then runs the
-  // LM head there alone and returns [B, 1, V], unless hook_logits or ln_final.hook_out is
-  // tapped or edits are set (BatchShape::last_logits_only).
+  // LM head there alone and returns [B, 1, V] (BatchShape::logits_from, logits_to).
   bool last_logits_only = false;
+  // The caller reads the logits of slots [logits_from, logits_to) only (a denoising step: its
+  // masked slots'): the head may run there alone and return [B, logits_to - logits_from, V].
+  // Either request is honoured only when nothing at the head (ln_final.*, hook_logits) is tapped,
+  // edited or read by an SAE, whose rows must stay every slot's; else the logits are [B, T, V].
+  std::int64_t logits_from = 0, logits_to = 0;
 };
 
 // The autoregressive KV cache (model-spec §1.3): post-RoPE K and V of every layer, each
@@ -132,8 +136,10 @@ class Session {
  private:
   void check_ids(const ForwardInput& in) const;
   bool is_past_input(const std::string& ref) const;
-  // Whether this call's LM head runs on each row's last slot alone (ForwardInput::last_logits_only).
-  bool head_on_last_slot(const ForwardInput& in, bool need_logits, const std::set<std::string>& taps) const;
+  // The slots [from, to) this call's LM head runs on (ForwardInput::last_logits_only, logits_from,
+  // logits_to); {0, 0}: every slot.
+  std::pair<std::int64_t, std::int64_t> head_rows(const ForwardInput& in, bool need_logits,
+                                                  const std::set<std::string>& taps) const;
   void reshape_past(PlannedGraph& pg, const ForwardInput& in, std::int64_t past) const;
   // The model's graph for `shape`, built and planned (the cache's entries are made here).
   std::unique_ptr<PlannedGraph> build_planned(const BatchShape& shape, const Executor::Wants& tapped) const;
