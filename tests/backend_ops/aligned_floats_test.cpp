@@ -43,6 +43,9 @@ TEST(AlignedFloats, GrowsOnlyForALargerRequestAndMovesItsBuffer) {
   EXPECT_EQ(b.size(), 100000u);
   EXPECT_EQ(a.data(), nullptr);  // NOLINT(bugprone-use-after-move): the moved-from state is checked
   EXPECT_EQ(a.size(), 0u);
+  const float* r = a.get(10);  // the moved-from one serves again
+  EXPECT_TRUE(r != nullptr && on_64_bytes(r));
+  EXPECT_EQ(a.size(), 10u);
 }
 
 }  // namespace
