@@ -3,6 +3,7 @@
 // on the pool, the arithmetic in the selected ISA's kernels. Inputs are dense; activations are
 // f32 (the backend widens others first); Linear weights and the embedding table may be
 // f32/f16/bf16 views used in place.
+#include "aligned_floats.h"
 #include "kernels.h"
 #include "lowp.h"
 #include "linear_dispatch.h"
@@ -10,8 +11,6 @@
 #include <sonde/op_checks.h>
 #include "q8.h"
 #include "thread_pool.h"
-
-#include <memory>
 
 namespace sonde::threaded {
 
@@ -42,16 +41,14 @@ void measure_gemm(const Ctx& c, HostRates& r);
 double measure_gemv_flops(const Ctx& c, bool q8);
 // A Linear weight's rows packed once for the packed GEMM (kernels.h gemm_pack_w's layout, whole
 // 48-row blocks end to end), kept for a weight hinted WeightHint::KeepPacked: the GEMM path then
-// reads these panels instead of packing its rows in every call. data is 64-byte aligned; k: the
-// kernels that made it (only theirs read this layout).
+// reads these panels instead of packing its rows in every call. k: the kernels that made it (only
+// theirs read this layout).
 struct PackedW {
-  std::unique_ptr<float[]> mem;
-  float* data = nullptr;
-  std::size_t floats = 0;
+  AlignedFloats panels;
   std::int64_t N = 0, K = 0;
   const Kernels* k = nullptr;
 };
-// Empty (data null) when c's kernels have no packed GEMM or w is not a dense 2-D f32/bf16 matrix.
+// Empty (panels.data() null) when c's kernels have no packed GEMM or w is not a dense 2-D f32/bf16 matrix.
 PackedW pack_linear_weight(const Ctx& c, const TensorView& w);
 // packed: w's panels (pack_linear_weight with c's kernels) or null: the GEMM path packs per call.
 // Same bits either way.

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <memory>
 
 #include <sonde/dtype.h>
 #include <spdlog/spdlog.h>
@@ -79,20 +78,8 @@ void widen_rows(const Job& j, std::int64_t n0, std::int64_t n1, float* out) {
 }
 
 // A buffer per thread that grows and is kept (a worker's panels are the same size call after
-// call), never zero-filled: each call writes every element it reads. 64-byte aligned: a vector
-// load that straddles two cache lines costs two.
-struct Floats {
-  std::unique_ptr<float[]> mem;
-  std::size_t size = 0;
-  float* get(std::int64_t n) {
-    if (static_cast<std::size_t>(n) > size) {
-      mem.reset(new float[static_cast<std::size_t>(n) + 16]);
-      size = static_cast<std::size_t>(n);
-    }
-    return mem.get() + (16 - reinterpret_cast<std::uintptr_t>(mem.get()) / 4 % 16) % 16;
-  }
-};
-thread_local Floats t_wide, t_packed, t_xpack;
+// call).
+thread_local AlignedFloats t_wide, t_packed, t_xpack;
 
 std::int64_t gemm_steps(std::int64_t K) { return (K + 31) / 32; }
 std::int64_t x_pack_floats(std::int64_t M, std::int64_t K) {
@@ -322,9 +309,7 @@ PackedW pack_linear_weight(const Ctx& c, const TensorView& w) {
   p.N = w.shape[0];
   p.K = w.shape[1];
   p.k = &c.k;
-  p.floats = static_cast<std::size_t>(w_pack_floats(p.N, p.K));
-  p.mem.reset(new float[p.floats + 16]);
-  p.data = p.mem.get() + (16 - reinterpret_cast<std::uintptr_t>(p.mem.get()) / 4 % 16) % 16;
+  float* const panels = p.panels.get(w_pack_floats(p.N, p.K));
   // Blocks of kGemmWRows rows pack independently: a run of them from block b0 is the whole
   // pack's slice from b0 kGemmWRows 32 S floats.
   const std::int64_t blocks = (p.N + kGemmWRows - 1) / kGemmWRows, block_floats = kGemmWRows * gemm_steps(p.K) * 32;
@@ -332,7 +317,7 @@ PackedW pack_linear_weight(const Ctx& c, const TensorView& w) {
   for_chunks(c.pool, blocks, 8, [&](std::int64_t b0, std::int64_t b1) {
     const std::int64_t r0 = b0 * kGemmWRows, r1 = std::min(p.N, b1 * kGemmWRows);
     c.k.gemm_pack_w(static_cast<const char*>(w.data) + static_cast<std::size_t>(r0) * row_bytes, w.dtype == DType::bf16,
-                    r1 - r0, p.K, p.data + b0 * block_floats);
+                    r1 - r0, p.K, panels + b0 * block_floats);
   });
   return p;
 }
@@ -340,7 +325,8 @@ PackedW pack_linear_weight(const Ctx& c, const TensorView& w) {
 void linear(const Ctx& c, const Node& n, ops::Inputs in, const TensorView& out, const Q8Weight* q8, const PackedW* packed) {
   ops::LinearDims d;
   Job j = linear_job(n, in, out, q8, d);
-  if (packed && !q8 && packed->data && packed->k == &c.k && packed->N == d.N && packed->K == d.K) j.wp = packed->data;
+  if (packed && !q8 && packed->panels.data() && packed->k == &c.k && packed->N == d.N && packed->K == d.K)
+    j.wp = packed->panels.data();
   if (d.M == 0 || d.N == 0) return;
   if (d.K == 0) {
     std::memset(j.y, 0, static_cast<std::size_t>(d.M * d.N) * sizeof(float));

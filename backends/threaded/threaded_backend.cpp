@@ -231,9 +231,9 @@ void ThreadedBackend::hint(const std::string& name, WeightHint hint) {
   const TensorView w = weight(name);
   if (hint != WeightHint::KeepPacked || q8_ || lowp_ || packed_.count(w.data)) return;
   PackedW p = pack_linear_weight(ctx(), w);
-  if (!p.data) return;
+  if (!p.panels.data()) return;
   spdlog::debug("backend threaded: '{}' [{}, {}] packed once for the GEMM ({:.1f} MB)", name, p.N, p.K,
-                static_cast<double>(p.floats) * 4e-6);
+                static_cast<double>(p.panels.size()) * 4e-6);
   packed_[w.data] = std::move(p);
 }
 
@@ -254,7 +254,7 @@ std::vector<std::span<const std::byte>> ThreadedBackend::weight_storage(const st
     return {std::span<const std::byte>(reinterpret_cast<const std::byte*>(it->second.data()), it->second.size() * 2)};
   auto parts = Backend::weight_storage(name);
   if (const PackedW* p = packed_for(v))  // the GEMM path reads these, the GEMV path the view
-    parts.emplace_back(reinterpret_cast<const std::byte*>(p->data), p->floats * sizeof(float));
+    parts.emplace_back(reinterpret_cast<const std::byte*>(p->panels.data()), p->panels.size() * sizeof(float));
   return parts;
 }
 

@@ -228,24 +228,24 @@ nlohmann::json saes_json(const std::vector<AttachedSae>& saes) {
   return out;
 }
 
-std::vector<std::pair<std::string, TensorView>> sae_weight_views(const AttachedSae& a) {
+std::vector<SaeWeightView> sae_weight_views(const AttachedSae& a) {
   const SaeWeights& w = a.sae->weights();
-  std::vector<std::pair<std::string, TensorView>> v{{a.prefix + "enc", w.enc.view()},
-                                                     {a.prefix + "enc_bias", w.enc_bias.view()},
-                                                     {a.prefix + "dec", w.dec.view()},
-                                                     {a.prefix + "b_dec", w.b_dec.view()}};
+  std::vector<SaeWeightView> v{{.name = a.prefix + "enc", .view = w.enc.view(), .keep_packed = true},
+                               {a.prefix + "enc_bias", w.enc_bias.view()},
+                               {a.prefix + "dec", w.dec.view()},
+                               {a.prefix + "b_dec", w.b_dec.view()}};
   if (!w.mag.empty()) {
-    v.emplace_back(a.prefix + "mag", w.mag.view());
-    v.emplace_back(a.prefix + "mag_bias", w.mag_bias.view());
+    v.push_back({.name = a.prefix + "mag", .view = w.mag.view(), .keep_packed = true});
+    v.push_back({a.prefix + "mag_bias", w.mag_bias.view()});
   }
-  if (!w.threshold.empty()) v.emplace_back(a.prefix + "threshold", w.threshold.view());
+  if (!w.threshold.empty()) v.push_back({a.prefix + "threshold", w.threshold.view()});
   return v;
 }
 
 void upload_sae_weights(Backend& backend, const AttachedSae& a) {
-  for (const auto& [name, view] : sae_weight_views(a)) {
-    backend.upload(name, view, Split::None);
-    if (name == a.prefix + "enc" || name == a.prefix + "mag") backend.hint(name, WeightHint::KeepPacked);
+  for (const SaeWeightView& w : sae_weight_views(a)) {
+    backend.upload(w.name, w.view, Split::None);
+    if (w.keep_packed) backend.hint(w.name, WeightHint::KeepPacked);
   }
 }
 

@@ -86,11 +86,8 @@ TEST_P(BackendOps, LinearInEachComputeMode) {
   const Case cases[] = {{Shape{2, 7, 13}, 37, true}, {Shape{1, 300}, 70, false}, {Shape{33, 300}, 70, true},
                         {Shape{5, 64}, 203, false}, {Shape{3, 1100}, 40, true}};
   for (const Mode& mode : {Mode{"bf16", "native"}, Mode{"int8", "q8"}}) {
-    BackendOptions o;
-    o.weights = mode.weights;
-    o.compute = mode.compute;
-    backend_->init(o);
-    reference_->init(o);
+    backend_ = make_backend(GetParam(), 0, mode.weights, mode.compute);  // threads 0: the backend's default
+    reference_ = make_backend("reference", 0, mode.weights, mode.compute);
     auto exact = make_backend("reference");
     for (DType wt : kWeightTypes)
       for (const auto& c : cases) {

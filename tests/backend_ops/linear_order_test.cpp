@@ -27,14 +27,9 @@ TEST(LinearOrder, Avx512OutputsAreTheDocumentedSumBitForBit) {
     for (const std::string mode : {"gemv", "gemm"})
       for (const int threads : {1, 2}) {
         LinearEnvScope linear("SONDE_THREADED_LINEAR", mode);
-        auto b = registry().backend("threaded");
-        BackendOptions o;
-        o.threads = threads;
-        try {
-          b->init(o);
-        } catch (const Error& e) {
-          GTEST_SKIP() << "AVX-512 not available on this CPU: " << e.what();
-        }
+        std::string why;
+        auto b = try_make_backend("threaded", threads, "native", "f32", why);
+        if (!b) GTEST_SKIP() << "AVX-512 not available on this CPU: " << why;
         for (const auto [M, K, N] : {std::array<std::int64_t, 3>{1, 67, 37}, {5, 896, 37}, {13, 1100, 23}, {53, 96, 41}}) {
           const std::vector<Arg> args{{random_tensor(DType::f32, Shape{M, K}, 7)}, {random_tensor(wt, Shape{N, K}, 8), true}};
           const auto x = values(args[0].t), w = values(args[1].t);

@@ -22,16 +22,7 @@ namespace {
 std::shared_ptr<Backend> packed_bf16_backend(const char* kernels, const char* linear, int threads, std::string& why) {
   setenv("SONDE_THREADED_LOWP", kernels, 1);
   setenv("SONDE_THREADED_LINEAR", linear, 1);
-  std::shared_ptr<Backend> b = registry().backend("threaded");
-  BackendOptions o;
-  o.threads = threads;
-  o.compute = "bf16";
-  try {
-    b->init(o);
-  } catch (const std::exception& e) {
-    why = e.what();
-    b = nullptr;
-  }
+  std::shared_ptr<Backend> b = try_make_backend("threaded", threads, "native", "bf16", why);
   unsetenv("SONDE_THREADED_LOWP");
   unsetenv("SONDE_THREADED_LINEAR");
   return b;

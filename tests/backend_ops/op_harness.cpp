@@ -131,14 +131,32 @@ std::shared_ptr<Backend> make_backend(const std::string& name) {
   return b;
 }
 
-std::shared_ptr<Backend> make_backend(const std::string& name, int threads, const std::string& weights,
-                                      const std::string& compute) {
-  auto b = registry().backend(name);
+namespace {
+BackendOptions backend_options(int threads, const std::string& weights, const std::string& compute) {
   BackendOptions o;
   o.threads = threads;
   o.weights = weights;
   o.compute = compute;
-  b->init(o);
+  return o;
+}
+}  // namespace
+
+std::shared_ptr<Backend> make_backend(const std::string& name, int threads, const std::string& weights,
+                                      const std::string& compute) {
+  auto b = registry().backend(name);
+  b->init(backend_options(threads, weights, compute));
+  return b;
+}
+
+std::shared_ptr<Backend> try_make_backend(const std::string& name, int threads, const std::string& weights,
+                                          const std::string& compute, std::string& why) {
+  auto b = registry().backend(name);
+  try {
+    b->init(backend_options(threads, weights, compute));
+  } catch (const Error& e) {
+    why = e.what();
+    return nullptr;
+  }
   return b;
 }
 

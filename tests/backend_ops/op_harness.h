@@ -45,5 +45,10 @@ std::shared_ptr<Backend> make_backend(const std::string& name);
 // The same with the threads, weights mode (native, q8) and compute mode (f32, bf16, int8) set.
 std::shared_ptr<Backend> make_backend(const std::string& name, int threads, const std::string& weights,
                                       const std::string& compute);
+// The same, or null with the error in `why` when init declines (kernels this CPU lacks, forced by
+// SONDE_THREADED_ISA or SONDE_THREADED_LOWP): for tests that skip there. A backend that is not
+// found still throws: that is a failure, not a skip.
+std::shared_ptr<Backend> try_make_backend(const std::string& name, int threads, const std::string& weights,
+                                          const std::string& compute, std::string& why);
 
 }  // namespace sonde::test

@@ -25,17 +25,7 @@ const BatchMode kBatchBf16{"bf16", "native"}, kBatchInt8{"int8", "q8"};
 // The threaded backend with `kernels` forced (SONDE_THREADED_LOWP), or null when this CPU lacks them.
 std::shared_ptr<Backend> batch_backend(const BatchMode& mode, const char* kernels, int threads, std::string& why) {
   setenv("SONDE_THREADED_LOWP", kernels, 1);
-  std::shared_ptr<Backend> b = registry().backend("threaded");
-  BackendOptions o;
-  o.threads = threads;
-  o.compute = mode.compute;
-  o.weights = mode.weights;
-  try {
-    b->init(o);
-  } catch (const std::exception& e) {
-    why = e.what();
-    b = nullptr;
-  }
+  std::shared_ptr<Backend> b = try_make_backend("threaded", threads, mode.weights, mode.compute, why);
   unsetenv("SONDE_THREADED_LOWP");
   return b;
 }

@@ -123,12 +123,19 @@ void sparse_row_entries(const float* row, std::int64_t n, std::int64_t top_k, st
 std::vector<float> sae_encode(const Sae& sae, const float* x, std::int64_t rows);
 std::vector<float> sae_decode(const Sae& sae, const float* f, std::int64_t rows);
 
-// (name, view) of each weight an attached SAE's nodes read, for Backend::upload.
-std::vector<std::pair<std::string, TensorView>> sae_weight_views(const AttachedSae& a);
+// A weight an attached SAE's nodes read: its Weight node's name and view, for Backend::upload,
+// and whether it is hinted WeightHint::KeepPacked: the encoder's Linear weights (enc, and mag when
+// gated), which every forward runs over all its rows, so a backend that rearranges a Linear's
+// weight per call (the threaded backend's packed GEMM) does it once instead. The decoder runs for
+// the recons hooks only: a packed copy of it would be memory for no gain.
+struct SaeWeightView {
+  std::string name;
+  TensorView view;
+  bool keep_packed = false;
+};
+std::vector<SaeWeightView> sae_weight_views(const AttachedSae& a);
 
-// Uploads those weights to `backend`, and hints WeightHint::KeepPacked for the encoder's (enc,
-// and mag when gated): every forward runs it over all its rows, so a backend that rearranges a
-// Linear's weight per call (the threaded backend's packed GEMM) does it once instead.
+// Uploads those weights to `backend` and hints the keep_packed ones.
 void upload_sae_weights(Backend& backend, const AttachedSae& a);
 
 }  // namespace sonde
