@@ -45,6 +45,7 @@ void expect_packed_bits(const std::vector<PackedShape>& shapes, int threads) {
                                 {random_tensor(DType::f32, Shape{s.N}, ++seed), true}};
     const Node node = make_node(OpKind::Linear, Shape{s.M, s.N});
     const auto want = values(run_on(*scalar, node, args));
+    expect_lowp_took_effect(node, args, want, "the scalar bf16 kernel");
     const auto got = values(run_on(*packed, node, args));
     ASSERT_EQ(got.size(), want.size());
     for (std::int64_t m = 0; m < s.M; ++m)

@@ -2,8 +2,11 @@
 
 #include "test_paths.h"
 
+#include <gtest/gtest.h>
+
 #include <sonde/error.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -146,6 +149,21 @@ std::shared_ptr<Backend> make_backend(const std::string& name, int threads, cons
   auto b = registry().backend(name);
   b->init(backend_options(threads, weights, compute));
   return b;
+}
+
+void expect_lowp_took_effect(const Node& node, const std::vector<Arg>& args, const std::vector<float>& lowp,
+                             const std::string& what) {
+  const auto exact = values(run_on(*make_backend("reference", 1, "native", "f32"), node, args));
+  ASSERT_EQ(exact.size(), lowp.size()) << what;
+  double err = 0, scale = 0;
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    err = std::max(err, static_cast<double>(std::abs(lowp[i] - exact[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(exact[i])));
+  }
+  // f32 paths agree to ~1e-7 of the scale whatever their order; bf16's rounded x (8 bits of
+  // mantissa) and int8's quantised x and W are ~1e-3 off, and no worse than 5e-2.
+  EXPECT_GT(err / scale, 1e-5) << what << ": within f32 rounding of the exact Linear, so the low-precision mode did not take effect";
+  EXPECT_LT(err / scale, 5e-2) << what;
 }
 
 std::shared_ptr<Backend> try_make_backend(const std::string& name, int threads, const std::string& weights,

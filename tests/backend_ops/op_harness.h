@@ -51,4 +51,11 @@ std::shared_ptr<Backend> make_backend(const std::string& name, int threads, cons
 std::shared_ptr<Backend> try_make_backend(const std::string& name, int threads, const std::string& weights,
                                           const std::string& compute, std::string& why);
 
+// Fails unless `lowp` (a bf16 or int8 compute mode's outputs of `node` on `args`) is off the exact
+// f32 Linear of the same inputs (reference backend) by more than f32 rounding and by less than
+// 5e-2 of the scale: two builders of one mode agreeing bit for bit prove nothing about the mode
+// if both ignored it.
+void expect_lowp_took_effect(const Node& node, const std::vector<Arg>& args, const std::vector<float>& lowp,
+                             const std::string& what);
+
 }  // namespace sonde::test

@@ -48,6 +48,7 @@ void check_batch_rows(const BatchMode& mode, const char* kernels) {
                                 {random_tensor(DType::bf16, Shape{d.N, d.K}, 52), true},
                                 {random_tensor(DType::f32, Shape{d.N}, 53), true}};
     const auto want = values(run_on(*scalar, make_node(OpKind::Linear, Shape{M, d.N}), args));
+    expect_lowp_took_effect(make_node(OpKind::Linear, Shape{M, d.N}), args, want, std::string("the scalar ") + mode.compute + " kernel");
     const auto xs = values(args[0].t);
     for (const std::int64_t rows : {4, 5, 11, 16, 17, 33, 64}) {
       std::vector<Arg> a = args;
