@@ -106,7 +106,8 @@ Tensor Session::forward(const ForwardInput& in, bool need_logits, const std::set
   if (!in.mask.empty() && static_cast<std::int64_t>(in.mask.size()) != n)
     runtime_error("forward: {} mask entries for {} ids", in.mask.size(), n);
 
-  const auto [lfrom, lto] = head_rows(in, need_logits, taps);
+  const auto head = head_rows(in, need_logits, taps);  // not a structured binding: clang 14 cannot capture one
+  const std::int64_t lfrom = head.first, lto = head.second;
   const PlanKey key{false, in.batch, in.tokens, !in.mask.empty(), need_logits, false, lfrom, lto};
   const Plan& plan = plans_->get(key, taps, [&] {
     return build_planned(BatchShape{in.batch, in.tokens, !in.mask.empty(), need_logits, 0, lfrom, lto},

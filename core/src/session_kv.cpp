@@ -106,7 +106,8 @@ Tensor Session::forward_cached(const ForwardInput& in, KvCache& cache, const std
   if (!in.mask.empty() && static_cast<std::int64_t>(in.mask.size()) != in.batch * (P + T))
     runtime_error("forward_cached: {} mask entries for {} keys", in.mask.size(), in.batch * (P + T));
 
-  const auto [lfrom, lto] = head_rows(in, need_logits, taps);
+  const auto head = head_rows(in, need_logits, taps);  // not a structured binding: clang 14 cannot capture one
+  const std::int64_t lfrom = head.first, lto = head.second;
   PlannedGraph& pg = plans_->get(PlanKey{true, in.batch, T, !in.mask.empty(), need_logits, P > 0, lfrom, lto}, taps, [&] {
     auto made = build_planned(BatchShape{in.batch, T, !in.mask.empty(), need_logits, P, lfrom, lto},
                               [&](const std::string& h) { return kv_hooks_.count(h) > 0 || taps.count(h) > 0; });
