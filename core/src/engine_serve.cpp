@@ -299,11 +299,11 @@ void Engine::split_logits(const Tensor& logits, const std::vector<EngineSeq*>& r
       s.result = Tensor();
     else if (sliced && p.logits_from < p.logits_to)
       s.result = logits_rows(logits, row, p.batch, pad[i] + p.logits_from - first, p.logits_to - p.logits_from);
-    else if (sliced)
-      s.result = logits_rows(logits, row, s.post.batch, 0, 1);
+    else if (sliced)  // the last slot alone
+      s.result = logits_rows(logits, row, p.batch, 0, 1);
     else
-      s.result = logits_rows(logits, row, s.post.batch, pad[i], s.post.tokens);
-    i += static_cast<std::size_t>(s.post.batch);
+      s.result = logits_rows(logits, row, p.batch, pad[i], p.tokens);
+    i += static_cast<std::size_t>(p.batch);
   }
 }
 

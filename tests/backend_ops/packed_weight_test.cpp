@@ -43,10 +43,11 @@ TEST(ThreadedPackedWeight, SameBitsAsPerCallPackingAndTheDocumentedSum) {
   LinearEnvScope isa("SONDE_THREADED_ISA", "avx512");
   LinearEnvScope linear("SONDE_THREADED_LINEAR", "gemm");
   std::shared_ptr<Backend> plain[2], hinted[2];
-  try {
-    for (int t = 0; t < 2; ++t) plain[t] = threaded_backend(t + 1), hinted[t] = threaded_backend(t + 1);
-  } catch (const Error& e) {
-    GTEST_SKIP() << "AVX-512 not available on this CPU: " << e.what();
+  std::string why;
+  for (int t = 0; t < 2; ++t) {
+    plain[t] = try_make_backend("threaded", t + 1, "native", "f32", why);
+    if (!plain[t]) GTEST_SKIP() << "AVX-512 not available on this CPU: " << why;
+    hinted[t] = threaded_backend(t + 1);
   }
   // N: under one block, 16- and 40-row edges, several 48-row blocks and tasks; M: 1, an 8-row
   // block and one, over a chunk of 64 rows; K: tails of 1 and 31, the SAE's 896, a long chain.
@@ -91,12 +92,9 @@ TEST(ThreadedPackedWeight, SameBitsAsPerCallPackingAndTheDocumentedSum) {
 TEST(ThreadedPackedWeight, TheGemmReadsTheKeptPanels) {
   LinearEnvScope isa("SONDE_THREADED_ISA", "avx512");
   LinearEnvScope linear("SONDE_THREADED_LINEAR", "gemm");
-  std::shared_ptr<Backend> b;
-  try {
-    b = threaded_backend(2);
-  } catch (const Error& e) {
-    GTEST_SKIP() << "AVX-512 not available on this CPU: " << e.what();
-  }
+  std::string why;
+  const std::shared_ptr<Backend> b = try_make_backend("threaded", 2, "native", "f32", why);
+  if (!b) GTEST_SKIP() << "AVX-512 not available on this CPU: " << why;
   const std::int64_t M = 20, K = 70, N = 100;
   const Tensor x = random_tensor(DType::f32, Shape{M, K}, 31), w = random_tensor(DType::f32, Shape{N, K}, 32);
   const Tensor bias = random_tensor(DType::f32, Shape{N}, 33);
@@ -116,12 +114,9 @@ TEST(ThreadedPackedWeight, TheGemmReadsTheKeptPanels) {
 // other backends accept the hint and keep nothing either.
 TEST(ThreadedPackedWeight, NothingKeptWhereTheHintDoesNotApply) {
   const Tensor w = random_tensor(DType::f32, Shape{50, 40}, 41), v = random_tensor(DType::f32, Shape{50}, 42);
-  std::shared_ptr<Backend> native;
-  try {
-    native = threaded_backend(1);
-  } catch (const Error& e) {
-    GTEST_SKIP() << e.what();
-  }
+  std::string why;
+  const std::shared_ptr<Backend> native = try_make_backend("threaded", 1, "native", "f32", why);
+  if (!native) GTEST_SKIP() << why;
   native->upload("enc", w.view(), Split::None);
   native->hint("enc", WeightHint::KeepPacked);
   const bool packs = storage_parts(*native, "enc") == 2;  // kernels without a packed GEMM keep nothing
